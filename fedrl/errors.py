@@ -1,0 +1,15 @@
+"""Errors raised at the edges of fedrl (config parsing, run building)."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A run-config key has an unknown name, a malformed value or an impossible combination.
+
+    ``str(err)`` is one line that starts with the offending key, so the CLI can print it as is.
+    """
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.reason = message
