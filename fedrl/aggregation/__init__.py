@@ -1,0 +1,1 @@
+"""Server-side aggregation of client updates (plain numpy, no Flower)."""

@@ -1,0 +1,242 @@
+"""fedrl's one typed run configuration, parsed once at the edge.
+
+Every run-config key (Flower's ``--run-config``, kebab-case, dotted for groups) is a field of
+one of the frozen dataclasses below; its metadata holds the key, a one-line help and a
+validity check. ``from_run_config`` rejects unknown keys (naming the nearest known one),
+wrong types and out-of-range values with a ``ConfigError`` that names the key. ``DEFAULTS``
+is derived from the dataclass defaults; ``pyproject.toml`` must declare exactly these (a test
+checks it), because Flower's SuperLink refuses undeclared keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, get_type_hints
+
+from fedrl.errors import ConfigError
+
+Check = Callable[[Any], str | None]  # returns what is allowed when the value is bad
+
+
+def _positive(v: Any) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def _non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "must be >= 0"
+
+
+def _unit_open_closed(v: Any) -> str | None:
+    return None if 0 < v <= 1 else "must be in (0, 1]"
+
+
+def _unit_closed(v: Any) -> str | None:
+    return None if 0 <= v <= 1 else "must be in [0, 1]"
+
+
+def _hidden(v: Any) -> str | None:
+    try:
+        sizes = [int(s) for s in str(v).split(",") if s.strip()]
+    except ValueError:
+        sizes = []
+    return None if sizes and all(s > 0 for s in sizes) else "must be comma-separated positive ints, e.g. '64,64'"
+
+
+def _target(v: Any) -> str | None:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return None if math.isfinite(v) else "must be finite"
+    if str(v).strip().lower() in ("auto", "none"):
+        return None
+    try:
+        float(v)
+        return None
+    except ValueError:
+        return "must be 'auto' (the env's reward threshold), 'none' or a number"
+
+
+def opt(key: str, default: Any, help: str, check: Check | None = None) -> Any:
+    return field(default=default, metadata={"key": key, "help": help, "check": check})
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    id: str = opt("env.id", "CartPole-v1", "any registered Gymnasium id")
+    vary: str = opt(
+        "env.vary", "length=linspace(0.4, 1.2)",
+        "how parameters differ across nodes: 'param=spec; ...' (number, uniform, loguniform, linspace, choice)",
+    )
+    kwargs: str = opt("env.kwargs", "", "'name=value; ...' passed to gym.make")
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    name: Literal["ppo"] = opt("algo.name", "ppo", "local RL algorithm")
+    local_steps: int = opt("algo.local-steps", 1024, "env steps per node per round", _positive)
+    num_envs: int = opt("algo.num-envs", 8, "parallel envs per node (gymnasium.vector)", _positive)
+    num_steps: int = opt("algo.num-steps", 32, "steps per env per PPO rollout", _positive)
+    lr: float = opt("algo.lr", 2.5e-3, "Adam learning rate", _positive)
+    anneal_lr: bool = opt("algo.anneal-lr", True, "anneal lr linearly to 0 over the whole run")
+    gamma: float = opt("algo.gamma", 0.99, "discount", _unit_closed)
+    gae_lambda: float = opt("algo.gae-lambda", 0.95, "GAE lambda", _unit_closed)
+    num_minibatches: int = opt("algo.num-minibatches", 4, "minibatches per epoch", _positive)
+    update_epochs: int = opt("algo.update-epochs", 4, "epochs per PPO update", _positive)
+    norm_adv: bool = opt("algo.norm-adv", True, "normalize advantages per minibatch")
+    clip_coef: float = opt("algo.clip-coef", 0.2, "surrogate clipping epsilon", _positive)
+    clip_vloss: bool = opt("algo.clip-vloss", True, "clip the value loss")
+    ent_coef: float = opt("algo.ent-coef", 0.0, "entropy bonus coefficient", _non_negative)
+    vf_coef: float = opt("algo.vf-coef", 0.5, "value loss coefficient", _non_negative)
+    max_grad_norm: float = opt("algo.max-grad-norm", 0.5, "gradient-norm clip", _positive)
+    target_kl: float = opt("algo.target-kl", 0.0, "stop epochs past this KL (0: off)", _non_negative)
+    hidden: str = opt("algo.hidden", "64,64", "hidden layer sizes", _hidden)
+    norm_obs: Literal["auto", "on", "off"] = opt(
+        "algo.norm-obs", "auto", "running observation normalization (auto: on for continuous actions)")
+    norm_reward: Literal["auto", "on", "off"] = opt(
+        "algo.norm-reward", "auto", "reward scaling by return std (auto: on for continuous actions)")
+
+    @property
+    def hidden_sizes(self) -> tuple[int, ...]:
+        return tuple(int(s) for s in self.hidden.split(",") if s.strip())
+
+    @property
+    def batch_steps(self) -> int:
+        """Env steps in one PPO rollout (all envs)."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def iterations_per_round(self) -> int:
+        return self.local_steps // self.batch_steps
+
+
+@dataclass(frozen=True)
+class StrategyConfig:
+    name: Literal["fedavg", "fedprox", "local"] = opt(
+        "strategy.name", "fedavg", "fedavg, fedprox (client proximal term) or local (no aggregation)")
+    server_lr: float = opt("strategy.server-lr", 1.0, "server step on the weighted mean delta", _positive)
+    proximal_mu: float = opt("strategy.proximal-mu", 0.01, "FedProx mu (used by fedprox)", _non_negative)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every: int = opt("eval.every", 1, "evaluate the server model every N rounds (0: only at the end)", _non_negative)
+    episodes: int = opt("eval.episodes", 5, "episodes per variant", _positive)
+    target_return: str = opt(
+        "eval.target-return", "auto", "return that counts as solved: auto (env threshold), none or a number", _target)
+    stop_at_target: bool = opt("eval.stop-at-target", False, "end the run once every variant reaches the target")
+
+
+@dataclass(frozen=True)
+class NodesConfig:
+    count: int = opt("nodes.count", 8, "federation size: one environment variant per node", _positive)
+    wait_s: float = opt("nodes.wait-s", 120.0, "how long the server waits for nodes to connect", _positive)
+    reply_timeout_s: float = opt("nodes.reply-timeout-s", 600.0, "per-round reply timeout", _positive)
+
+
+@dataclass(frozen=True)
+class Config:
+    num_server_rounds: int = opt("num-server-rounds", 30, "federated rounds", _positive)
+    seed: int = opt("seed", 0, "seed of variants, sampling, training and evaluation")
+    output_dir: str = opt("output-dir", "runs", "where run folders go")
+    run_name: str = opt("run-name", "", "run folder name (empty: generated)")
+    resume: str = opt("resume", "", "resume a killed run: 'true' (the run-name folder) or a run folder path")
+    fraction_train: float = opt("fraction-train", 1.0, "fraction of nodes trained each round", _unit_open_closed)
+    min_train_nodes: int = opt("min-train-nodes", 2, "at least this many nodes per round", _positive)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    nodes: NodesConfig = field(default_factory=NodesConfig)
+
+
+_SECTIONS = ("env", "algo", "strategy", "eval", "nodes")
+
+
+def _leaf_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
+    hints = get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls) if "key" in f.metadata]
+
+
+def _all_leaves() -> list[tuple[str | None, dataclasses.Field[Any], Any]]:
+    out: list[tuple[str | None, dataclasses.Field[Any], Any]] = [(None, f, t) for f, t in _leaf_fields(Config)]
+    hints = get_type_hints(Config)
+    for sec in _SECTIONS:
+        out += [(sec, f, t) for f, t in _leaf_fields(hints[sec])]
+    return out
+
+
+DEFAULTS: dict[str, Any] = {f.metadata["key"]: f.default for _, f, _ in _all_leaves()}
+HELP: dict[str, str] = {f.metadata["key"]: f.metadata["help"] for _, f, _ in _all_leaves()}
+
+
+def _coerce(key: str, value: Any, typ: Any) -> Any:
+    """Accept the types Flower's config parser produces; refuse anything else by name."""
+    choices = get_args(typ) if getattr(typ, "__origin__", None) is Literal else None
+    if choices:
+        if value not in choices:
+            raise ConfigError(key, f"got {value!r}; allowed: {', '.join(map(str, choices))}")
+        return value
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ConfigError(key, f"got {value!r}; allowed: true or false")
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(key, f"got {value!r}; allowed: an integer")
+        return value
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"got {value!r}; allowed: a number")
+        if not math.isfinite(value):
+            raise ConfigError(key, f"got {value!r}; allowed: a finite number")
+        return float(value)
+    if typ is str:
+        if isinstance(value, bool):  # e.g. resume=true
+            return "true" if value else ""
+        return str(value)
+    raise TypeError(f"unsupported config type {typ} for {key}")
+
+
+def unknown_key_error(key: str) -> ConfigError:
+    close = difflib.get_close_matches(key, list(DEFAULTS), n=1, cutoff=0.5)
+    hint = f"; did you mean '{close[0]}'?" if close else "; run `fedrl check --list` for all keys"
+    return ConfigError(key, f"unknown run-config key{hint}")
+
+
+def from_run_config(run_config: Mapping[str, Any]) -> Config:
+    """Parse Flower's flat run config (missing keys take defaults) into a ``Config``.
+
+    Checks each value on its own here; cross-key and environment checks (env ids, variant
+    parameters, impossible combinations) are in ``fedrl.validate.validate``.
+    """
+    for key in run_config:
+        if key not in DEFAULTS:
+            raise unknown_key_error(key)
+    top: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
+    for sec, f, typ in _all_leaves():
+        key = f.metadata["key"]
+        value = _coerce(key, run_config.get(key, f.default), typ)
+        check: Check | None = f.metadata["check"]
+        if check is not None and (why := check(value)) is not None:
+            raise ConfigError(key, f"got {value!r}; {why}")
+        (top if sec is None else sections[sec])[f.name] = value
+    hints = get_type_hints(Config)
+    for sec in _SECTIONS:
+        top[sec] = hints[sec](**sections[sec])
+    return Config(**top)
+
+
+def to_flat(cfg: Config) -> dict[str, Any]:
+    """The inverse of ``from_run_config``: key -> value for every key."""
+    out: dict[str, Any] = {}
+    for sec, f, _ in _all_leaves():
+        holder = cfg if sec is None else getattr(cfg, sec)
+        out[f.metadata["key"]] = getattr(holder, f.name)
+    return out

@@ -1,0 +1,222 @@
+"""The server side of a federation, without Flower: plans, aggregation, evaluation, state.
+
+``Federation`` holds one model per logical node (for FedAvg and FedProx every node shares
+the global model; for ``local`` each node keeps its own), the federated observation
+statistics, the counters and the round. The Flower loop in ``fedrl.flower.server_loop``
+only moves its plans and replies over the wire.
+
+Observation normalization federates as pooled statistics: every node trains with the
+server's statistics merged with what it sees during the round, and reports only the moments
+of that round's observations; the server merges them exactly (``Moments.merge``) into the
+statistics it broadcasts next round and evaluates with. The global policy therefore always
+has one normalization that matches the data it was trained on across all variants.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedrl.aggregation.fedavg import apply_delta, delta_of, weighted_mean
+from fedrl.checkpoint import Checkpoint
+from fedrl.config import Config, to_flat
+from fedrl.envs.make import make_env
+from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
+from fedrl.rl.evaluate import evaluate
+from fedrl.rl.networks import ActorCritic, PolicySpec, check_weights, get_weights, spec_for, weight_names
+from fedrl.rl.normalize import Moments
+from fedrl.rl.train import LocalPlan, uses_norm
+from fedrl.seeding import INIT, SELECT, derive, numpy_rng
+
+log = logging.getLogger("fedrl")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One node's answer to a training plan."""
+
+    node: int
+    weights: list[np.ndarray]
+    env_steps: int
+    obs_moments: Moments | None
+    metrics: dict[str, float]
+
+
+def variants_of(cfg: Config) -> list[dict[str, float]]:
+    specs = parse_vary(cfg.env.vary)
+    return [sample_variant(specs, i, cfg.nodes.count, cfg.seed) for i in range(cfg.nodes.count)]
+
+
+def policy_spec(cfg: Config, variant: dict[str, float]) -> PolicySpec:
+    env = make_env(cfg.env.id, variant, parse_kwargs(cfg.env.kwargs))
+    try:
+        return spec_for(env.observation_space, env.action_space, cfg.algo.hidden_sizes)
+    finally:
+        env.close()
+
+
+def initial_weights(spec: PolicySpec, seed: int) -> list[np.ndarray]:
+    import torch
+
+    torch.manual_seed(derive(seed, INIT))
+    return get_weights(ActorCritic(spec))
+
+
+def target_return(cfg: Config) -> float | None:
+    t = cfg.eval.target_return.strip().lower()
+    if t == "none":
+        return None
+    if t == "auto":
+        import gymnasium as gym
+
+        thr = gym.spec(cfg.env.id).reward_threshold
+        return None if thr is None else float(thr)
+    return float(t)
+
+
+class Federation:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.variants = variants_of(cfg)
+        self.spec = policy_spec(cfg, self.variants[0])
+        self.names = weight_names(ActorCritic(self.spec))
+        self.kwargs = parse_kwargs(cfg.env.kwargs)
+        w0 = initial_weights(self.spec, cfg.seed)
+        self.per_node = cfg.strategy.name == "local"
+        n_models = cfg.nodes.count if self.per_node else 1
+        self.models: list[list[np.ndarray]] = [list(w0) for _ in range(n_models)]
+        self.obs_on = uses_norm(cfg.algo.norm_obs, self.spec)
+        dim = self.spec.obs_dim
+        self.moments: list[Moments | None] = [Moments.empty(dim) if self.obs_on else None for _ in range(n_models)]
+        self.round = 0
+        self.env_steps = 0
+        self.bytes_up = 0
+        self.bytes_down = 0
+        self.wall_time_s = 0.0
+        self.target = target_return(cfg)
+
+    # --- planning -------------------------------------------------------------------
+    def select(self, rnd: int) -> list[int]:
+        """Nodes trained in round ``rnd``: ``fraction-train`` of them, at least
+        ``min-train-nodes`` (capped at the federation size), drawn from (seed, round)."""
+        n = self.cfg.nodes.count
+        k = min(n, max(self.cfg.min_train_nodes, math.ceil(self.cfg.fraction_train * n)))
+        if k == n:
+            return list(range(n))
+        return sorted(int(i) for i in numpy_rng(self.cfg.seed, SELECT, rnd).choice(n, k, replace=False))
+
+    def slot(self, node: int) -> int:
+        return node if self.per_node else 0
+
+    def plan(self, node: int, rnd: int) -> tuple[LocalPlan, list[np.ndarray]]:
+        s = self.cfg.strategy
+        mu = s.proximal_mu if s.name == "fedprox" else 0.0
+        p = LocalPlan(node, rnd, self.cfg.num_server_rounds, self.cfg.seed, mu, self.moments[self.slot(node)])
+        return p, self.models[self.slot(node)]
+
+    # --- aggregation ----------------------------------------------------------------
+    def validate(self, reply: Reply, expected_node: int) -> str | None:
+        """Why a reply must be left out of the aggregate, or None if it is usable."""
+        if reply.node != expected_node:
+            return f"answered for node {reply.node}, asked for {expected_node}"
+        why = check_weights(self.models[self.slot(reply.node)], reply.weights)
+        if why is not None:
+            return why
+        if not (0 < reply.env_steps <= 100 * self.cfg.algo.local_steps):
+            return f"implausible env_steps {reply.env_steps}"
+        m = reply.obs_moments
+        if self.obs_on:
+            if m is None or m.mean.shape != (self.spec.obs_dim,) or not (
+                np.all(np.isfinite(m.mean)) and np.all(np.isfinite(m.m2)) and m.count >= 0
+            ):
+                return "missing or malformed observation statistics"
+        return None
+
+    def aggregate(self, replies: list[Reply]) -> None:
+        """Apply valid replies (already checked with ``validate``)."""
+        lr = self.cfg.strategy.server_lr
+        if self.per_node:
+            for r in replies:
+                old = self.models[r.node]
+                self.models[r.node] = apply_delta(old, delta_of(r.weights, old), lr)
+                self._merge_moments(r.node, [r])
+        elif replies:
+            g = self.models[0]
+            mean = weighted_mean([delta_of(r.weights, g) for r in replies], [r.env_steps for r in replies])
+            self.models[0] = apply_delta(g, mean, lr)
+            self._merge_moments(0, replies)
+        self.env_steps += sum(r.env_steps for r in replies)
+
+    def _merge_moments(self, slot: int, replies: list[Reply]) -> None:
+        m = self.moments[slot]
+        if m is None:
+            return
+        for r in replies:
+            if r.obs_moments is not None:
+                m = m.merge(r.obs_moments)
+        self.moments[slot] = m
+
+    # --- evaluation -----------------------------------------------------------------
+    def evaluate_own(self) -> list[float]:
+        """Return per variant: the global model (star) or node i's model on variant i (local)."""
+        c = self.cfg
+        if not self.per_node:
+            return evaluate(self.spec, self.models[0], self.moments[0], c.env.id, self.variants,
+                            self.kwargs, c.eval.episodes, c.seed)
+        return [
+            evaluate(self.spec, self.models[i], self.moments[i], c.env.id, [v], self.kwargs, c.eval.episodes, c.seed)[0]
+            for i, v in enumerate(self.variants)
+        ]
+
+    def evaluate_cross(self) -> list[list[float]]:
+        """``local`` only: row i = node i's model on every variant."""
+        c = self.cfg
+        return [
+            evaluate(self.spec, self.models[i], self.moments[i], c.env.id, self.variants, self.kwargs,
+                     c.eval.episodes, c.seed)
+            for i in range(len(self.models))
+        ]
+
+    def solved(self, returns: list[float]) -> bool:
+        return self.target is not None and min(returns) >= self.target
+
+    # --- persistence ----------------------------------------------------------------
+    def resolved_config(self) -> dict[str, Any]:
+        return {
+            "run_config": to_flat(self.cfg),
+            "nodes": [{"node": i, "params": v} for i, v in enumerate(self.variants)],
+            "policy": {"obs_dim": self.spec.obs_dim, "action_kind": self.spec.action_kind,
+                       "action_dim": self.spec.action_dim, "hidden": list(self.spec.hidden),
+                       "weight_names": self.names},
+            "target_return": self.target,
+        }
+
+    def to_checkpoint(self, started: float) -> Checkpoint:
+        arrays: dict[str, np.ndarray] = {}
+        for s, (w, m) in enumerate(zip(self.models, self.moments, strict=True)):
+            arrays.update({f"model{s}/{i}": a for i, a in enumerate(w)})
+            if m is not None:
+                arrays[f"moments{s}"] = m.to_array()
+        meta = {"round": self.round, "env_steps": self.env_steps, "bytes_up": self.bytes_up,
+                "bytes_down": self.bytes_down, "wall_time_s": self.wall_time_s + (time.time() - started),
+                "config": to_flat(self.cfg)}
+        return Checkpoint(meta, arrays)
+
+    def load_checkpoint(self, ck: Checkpoint) -> None:
+        if ck.meta["config"] != to_flat(self.cfg) | {"resume": ck.meta["config"]["resume"]}:
+            changed = sorted(k for k, v in ck.meta["config"].items() if to_flat(self.cfg).get(k) != v and k != "resume")
+            raise ValueError(f"resume: the run folder was made with a different config ({', '.join(changed)})")
+        for s in range(len(self.models)):
+            self.models[s] = [ck.arrays[f"model{s}/{i}"].astype(np.float32) for i in range(len(self.names))]
+            if self.moments[s] is not None:
+                self.moments[s] = Moments.from_array(ck.arrays[f"moments{s}"])
+        self.round = int(ck.meta["round"])
+        self.env_steps = int(ck.meta["env_steps"])
+        self.bytes_up = int(ck.meta["bytes_up"])
+        self.bytes_down = int(ck.meta["bytes_down"])
+        self.wall_time_s = float(ck.meta["wall_time_s"])

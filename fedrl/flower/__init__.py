@@ -1,0 +1,1 @@
+"""Everything that knows Flower: wire codecs, the server loop, the client handler."""

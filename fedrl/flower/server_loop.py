@@ -1,0 +1,174 @@
+"""The ServerApp's round loop on Flower's Message API (a ``Grid``).
+
+Per round: select logical nodes, send each its plan (in waves, so a SuperNode that serves
+several logical nodes never gets two at once), check every reply (errors, node id,
+shapes, finite values) and leave out bad ones with a log line, aggregate, evaluate,
+log one progress line, append to metrics.jsonl and checkpoint atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+from fedrl import checkpoint
+from fedrl.config import Config
+from fedrl.federation import Federation, Reply
+from fedrl.flower import codec
+from fedrl.rundir import finish, resolve_run_folder, round_line
+
+log = logging.getLogger("fedrl")
+
+
+@dataclass(frozen=True)
+class NodeMap:
+    """SuperNode ids ordered by partition id; logical node i runs on ``ids[i % len(ids)]``."""
+
+    ids: list[int]
+
+    def supernode(self, node: int) -> int:
+        return self.ids[node % len(self.ids)]
+
+
+def discover(grid: Grid, cfg: Config) -> NodeMap:
+    """Wait for SuperNodes and ask each which partition it serves.
+
+    Done when every partition 0..P-1 announced by the nodes (``num-partitions`` of their
+    node config) has answered, or when ``nodes.wait-s`` runs out with at least one node.
+    """
+    deadline = time.monotonic() + cfg.nodes.wait_s
+    known: dict[int, tuple[int, int]] = {}
+    while True:
+        new = [n for n in grid.get_node_ids() if n not in known]
+        if new:
+            msgs = [Message(codec.encode_hello(), dst_node_id=n, message_type=codec.QUERY) for n in new]
+            for r in grid.send_and_receive(msgs, timeout=max(5.0, deadline - time.monotonic())):
+                if not r.has_error():
+                    known[r.metadata.src_node_id] = codec.decode_hello_reply(r.content)
+        parts = {p for p, _ in known.values()}
+        wanted = max((n for _, n in known.values()), default=0)
+        if known and wanted > 0 and parts >= set(range(wanted)):
+            break
+        if time.monotonic() > deadline:
+            if not known:
+                raise RuntimeError(f"no SuperNode connected within nodes.wait-s = {cfg.nodes.wait_s} s")
+            log.warning("nodes.wait-s elapsed: continuing with %d SuperNode(s)", len(known))
+            break
+        time.sleep(0.5)
+    ids = sorted(known, key=lambda n: (known[n][0], n))
+    log.info("%d SuperNode(s) serve %d logical nodes", len(ids), cfg.nodes.count)
+    return NodeMap(ids)
+
+
+def _waves(nodes: list[int], nm: NodeMap) -> Iterable[list[int]]:
+    pending = list(nodes)
+    while pending:
+        used: set[int] = set()
+        wave = []
+        for n in pending:
+            if nm.supernode(n) not in used:
+                used.add(nm.supernode(n))
+                wave.append(n)
+        pending = [n for n in pending if n not in wave]
+        yield wave
+
+
+def train_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> tuple[list[Reply], dict[int, str]]:
+    """Send plans to the selected nodes; return valid replies and {node: why excluded}."""
+    cfg = fed.cfg
+    good: list[Reply] = []
+    bad: dict[int, str] = {}
+    for wave in _waves(fed.select(rnd), nm):
+        msgs, node_of = [], {}
+        for node in wave:
+            plan, weights = fed.plan(node, rnd)
+            msg = Message(codec.encode_plan(plan, weights), dst_node_id=nm.supernode(node),
+                          message_type=codec.TRAIN, group_id=str(rnd))
+            fed.bytes_down += codec.wire_bytes(msg)
+            msgs.append(msg)
+        sent = list(grid.push_messages(msgs))
+        node_of = dict(zip(sent, wave, strict=True))
+        replies = _collect(grid, sent, cfg.nodes.reply_timeout_s)
+        for mid, node in node_of.items():
+            r = replies.get(mid)
+            why = _check_reply(fed, r, node)
+            if why is not None:
+                bad[node] = why
+                log.warning("round %d: node %d left out: %s", rnd, node, why)
+                continue
+            assert r is not None
+            fed.bytes_up += codec.wire_bytes(r)
+            good.append(codec.decode_reply(r.content))
+    return good, bad
+
+
+def _collect(grid: Grid, ids: list[str], timeout: float) -> dict[str, Message]:
+    # push/pull with a short poll beats send_and_receive's fixed sleeps (Flower 1.42).
+    out: dict[str, Message] = {}
+    deadline = time.monotonic() + timeout
+    pending = set(ids)
+    delay = 0.02
+    while pending and time.monotonic() < deadline:
+        for m in grid.pull_messages(list(pending)):
+            out[m.metadata.reply_to_message_id] = m
+            pending.discard(m.metadata.reply_to_message_id)
+        if pending:
+            time.sleep(delay)
+            delay = min(0.25, delay * 1.5)
+    return out
+
+
+def _check_reply(fed: Federation, r: Message | None, node: int) -> str | None:
+    if r is None:
+        return "no reply before nodes.reply-timeout-s"
+    if r.has_error():
+        return f"client error: {r.error.reason}"
+    try:
+        reply = codec.decode_reply(r.content)
+    except (codec.WireError, ValueError) as err:
+        return f"malformed reply: {err}"
+    return fed.validate(reply, node)
+
+
+def run(grid: Grid, cfg: Config) -> Path:
+    """Run (or resume) the whole experiment; return the run folder."""
+    fed = Federation(cfg)
+    folder = resolve_run_folder(cfg, fed)
+    started = time.time()
+    nm = discover(grid, cfg)
+    evals: list[float] = []
+    for rnd in range(fed.round + 1, cfg.num_server_rounds + 1):
+        t0 = time.time()
+        good, bad = train_round(grid, fed, nm, rnd)
+        if good:
+            fed.aggregate(good)
+        else:
+            log.warning("round %d: no usable reply; the model is unchanged", rnd)
+        fed.round = rnd
+        last = rnd == cfg.num_server_rounds
+        do_eval = last or (cfg.eval.every > 0 and rnd % cfg.eval.every == 0)
+        evals = fed.evaluate_own() if do_eval else []
+        row = {
+            "round": rnd, "wall_time_s": fed.wall_time_s + time.time() - started,
+            "round_time_s": time.time() - t0, "env_steps": fed.env_steps,
+            "bytes_up": fed.bytes_up, "bytes_down": fed.bytes_down,
+            "nodes_trained": sorted(r.node for r in good), "nodes_failed": {str(k): v for k, v in bad.items()},
+            "train_returns": {str(r.node): r.metrics.get("train_return") for r in good},
+        }
+        if evals:
+            row |= {"eval_returns": evals, "eval_mean_return": sum(evals) / len(evals), "eval_min_return": min(evals)}
+        folder.append_metrics(row)
+        checkpoint.save(folder.path, fed.to_checkpoint(started))
+        print(round_line(row, cfg.num_server_rounds), flush=True)
+        if evals and cfg.eval.stop_at_target and fed.solved(evals):
+            print(f"every variant reached the target return {fed.target}: stopping", flush=True)
+            break
+    fed.wall_time_s += time.time() - started
+    finish(fed, folder)
+    return folder.path

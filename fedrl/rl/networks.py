@@ -1,0 +1,145 @@
+"""Actor-critic networks and their flat weight lists.
+
+Weights cross every boundary (wire, checkpoint, aggregation) as an ordered list of float32
+numpy arrays in ``state_dict`` order; ``weight_names`` gives the matching names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Distribution, Normal
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What the network needs to know about an environment's spaces."""
+
+    obs_dim: int
+    action_kind: Literal["discrete", "continuous"]
+    action_dim: int  # number of actions (discrete) or action dimensions (continuous)
+    hidden: tuple[int, ...] = (64, 64)
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+
+
+def _layer(n_in: int, n_out: int, gain: float) -> nn.Linear:
+    # Orthogonal init with small output gains: PPO implementation detail #2 (Huang et al.).
+    layer = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.constant_(layer.bias, 0.0)
+    return layer
+
+
+def _mlp(n_in: int, hidden: tuple[int, ...], n_out: int, out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    prev = n_in
+    for h in hidden:
+        layers += [_layer(prev, h, float(np.sqrt(2))), nn.Tanh()]
+        prev = h
+    layers.append(_layer(prev, n_out, out_gain))
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs (tanh). Continuous actions use a Gaussian with a
+    state-independent, learned log-std; discrete actions a Categorical over logits."""
+
+    def __init__(self, spec: PolicySpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.critic = _mlp(spec.obs_dim, spec.hidden, 1, 1.0)
+        self.actor = _mlp(spec.obs_dim, spec.hidden, spec.action_dim, 0.01)
+        if spec.action_kind == "continuous":
+            self.log_std = nn.Parameter(torch.zeros(spec.action_dim))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def dist(self, obs: torch.Tensor) -> Distribution:
+        out = self.actor(obs)
+        if self.spec.action_kind == "discrete":
+            return Categorical(logits=out)
+        return Normal(out, self.log_std.exp().expand_as(out))
+
+    def log_prob_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-sample log-probability and entropy (summed over action dims if continuous)."""
+        d = self.dist(obs)
+        if self.spec.action_kind == "discrete":
+            return d.log_prob(actions.long()), d.entropy()
+        return d.log_prob(actions).sum(-1), d.entropy().sum(-1)
+
+    def sample(
+        self, obs: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample actions with an explicit generator (no global RNG); returns (action, logp)."""
+        d = self.dist(obs)
+        if isinstance(d, Categorical):
+            action = torch.multinomial(d.probs, 1, generator=generator).squeeze(-1)
+            return action, d.log_prob(action)
+        assert isinstance(d, Normal)
+        noise = torch.randn(d.mean.shape, generator=generator)
+        action = d.mean + d.stddev * noise
+        return action, d.log_prob(action).sum(-1)
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Deterministic action: argmax for discrete, the mean for continuous."""
+        out = self.actor(obs)
+        return out.argmax(-1) if self.spec.action_kind == "discrete" else out
+
+
+def weight_names(model: nn.Module) -> list[str]:
+    return list(model.state_dict().keys())
+
+
+def get_weights(model: nn.Module) -> list[np.ndarray]:
+    """Copies of the model's tensors as float32 arrays, in ``state_dict`` order."""
+    return [t.detach().cpu().numpy().astype(np.float32, copy=True) for t in model.state_dict().values()]
+
+
+def set_weights(model: nn.Module, weights: list[np.ndarray]) -> None:
+    """Load arrays in ``state_dict`` order; raises ValueError on a count or shape mismatch."""
+    state = model.state_dict()
+    if len(weights) != len(state):
+        raise ValueError(f"expected {len(state)} arrays, got {len(weights)}")
+    new = {}
+    for (name, ref), arr in zip(state.items(), weights, strict=True):
+        if tuple(arr.shape) != tuple(ref.shape):
+            raise ValueError(f"{name}: expected shape {tuple(ref.shape)}, got {tuple(arr.shape)}")
+        new[name] = torch.as_tensor(np.asarray(arr, dtype=np.float32))
+    model.load_state_dict(new)
+
+
+def check_weights(reference: list[np.ndarray], weights: list[np.ndarray]) -> str | None:
+    """Why ``weights`` cannot stand in for ``reference`` (count, shape, non-finite), or None."""
+    if len(weights) != len(reference):
+        return f"expected {len(reference)} arrays, got {len(weights)}"
+    for i, (ref, arr) in enumerate(zip(reference, weights, strict=True)):
+        if arr.shape != ref.shape:
+            return f"array {i}: expected shape {ref.shape}, got {arr.shape}"
+        if not np.all(np.isfinite(arr)):
+            return f"array {i}: non-finite values"
+    return None
+
+
+def spec_for(observation_space: object, action_space: object, hidden: tuple[int, ...]) -> PolicySpec:
+    """PolicySpec for flat Box observations and Discrete or Box actions."""
+    from gymnasium import spaces
+
+    if not isinstance(observation_space, spaces.Box) or len(observation_space.shape) != 1:
+        raise ValueError(f"observations must be a flat Box, got {observation_space}")
+    obs_dim = int(observation_space.shape[0])
+    if isinstance(action_space, spaces.Discrete):
+        return PolicySpec(obs_dim, "discrete", int(action_space.n), hidden)
+    if isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
+        return PolicySpec(
+            obs_dim, "continuous", int(action_space.shape[0]), hidden,
+            tuple(float(x) for x in action_space.low), tuple(float(x) for x in action_space.high),
+        )
+    raise ValueError(f"actions must be Discrete or a flat Box, got {action_space}")

@@ -1,0 +1,169 @@
+"""Collecting on-policy rollouts from a Gymnasium vector environment.
+
+The vector env must use ``AutoresetMode.SAME_STEP`` (see ``fedrl.envs.make_vector_env``):
+on the step where an episode ends, ``infos["final_obs"][e]`` is its true last observation
+and the returned observation is already the first of the next episode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fedrl.rl.networks import ActorCritic
+from fedrl.rl.normalize import Moments, normalize
+
+
+class Rollout(NamedTuple):
+    """One rollout of T steps in E environments; every field is ``[T, E, ...]``."""
+
+    obs: torch.Tensor  # normalized as the policy saw it
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    rewards: torch.Tensor  # scaled as the learner uses them
+    values: torch.Tensor
+    next_values: torch.Tensor  # V of the true next state (see fedrl.rl.advantages.gae)
+    terminated: torch.Tensor  # float 0/1
+    done: torch.Tensor  # float 0/1, terminated or truncated
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where the environments stand between rollouts (and between rounds).
+
+    ``obs`` is raw (unnormalized) ``[E, D]``; ``ep_return``/``ep_length`` are the running
+    undiscounted return and length of each env's current episode; ``ret_acc`` is the
+    discounted-return accumulator of reward scaling.
+    """
+
+    obs: np.ndarray
+    ep_return: np.ndarray
+    ep_length: np.ndarray
+    ret_acc: np.ndarray
+
+    @staticmethod
+    def fresh(obs: np.ndarray) -> Cursor:
+        e = len(obs)
+        return Cursor(obs, np.zeros(e), np.zeros(e, np.int64), np.zeros(e))
+
+
+@dataclass(frozen=True)
+class Normalizers:
+    """Observation statistics (None: off) and reward-scaling statistics (None: off)."""
+
+    obs: Moments | None
+    ret: Moments | None
+    obs_local: Moments | None = None  # what this node observed since the last round
+
+
+class RolloutResult(NamedTuple):
+    rollout: Rollout
+    cursor: Cursor
+    normalizers: Normalizers
+    episode_returns: list[float]
+    episode_lengths: list[int]
+
+
+def _to_env_actions(model: ActorCritic, actions: torch.Tensor) -> np.ndarray:
+    a = actions.numpy()
+    if model.spec.action_kind == "discrete":
+        return a.astype(np.int64)
+    # The Gaussian is unbounded; the env gets the action clipped to its box (CleanRL does
+    # the same with ClipAction) while the log-probability is of the unclipped sample.
+    return np.clip(a, model.spec.action_low, model.spec.action_high)
+
+
+def collect(
+    model: ActorCritic,
+    envs: gym.vector.VectorEnv,
+    cursor: Cursor,
+    steps: int,
+    generator: torch.Generator,
+    norms: Normalizers,
+    gamma: float,
+) -> RolloutResult:
+    """Run ``steps`` vector steps with the current policy; return tensors and new cursor."""
+    n_env = len(cursor.obs)
+    obs_buf, act_buf, logp_buf, rew_buf, val_buf = [], [], [], [], []
+    term_buf, done_buf = [], []
+    truncated_final: list[tuple[int, int, np.ndarray]] = []
+    raw_obs = cursor.obs
+    ep_ret, ep_len, ret_acc = cursor.ep_return.copy(), cursor.ep_length.copy(), cursor.ret_acc.copy()
+    obs_m, ret_m, obs_local = norms.obs, norms.ret, norms.obs_local
+    finished_returns: list[float] = []
+    finished_lengths: list[int] = []
+
+    def norm_obs(x: np.ndarray) -> np.ndarray:
+        return normalize(x, obs_m) if obs_m is not None else x.astype(np.float32)
+
+    obs_t = torch.as_tensor(norm_obs(raw_obs))
+    for t in range(steps):
+        with torch.inference_mode():
+            action, logp = model.sample(obs_t, generator)
+            value = model.value(obs_t)
+        next_raw, reward, terminated, truncated, infos = envs.step(_to_env_actions(model, action))
+        reward = np.asarray(reward, np.float64)
+        done = np.logical_or(terminated, truncated)
+        ep_ret += reward
+        ep_len += 1
+        scaled = reward
+        if ret_m is not None:
+            # Reward scaling as gymnasium's NormalizeReward: divide by the std of the
+            # discounted return (Engstrom et al., ICLR 2020, "code-level optimizations").
+            ret_acc = ret_acc * gamma + reward
+            ret_m = ret_m.merge(Moments.of(ret_acc[:, None]))
+            scaled = reward / np.sqrt(ret_m.var[0] + 1e-8)
+            ret_acc = np.where(done, 0.0, ret_acc)
+        if obs_m is not None:
+            obs_m, obs_local = _update_obs(obs_m, obs_local, next_raw)
+        for e in np.flatnonzero(done):
+            finished_returns.append(float(ep_ret[e]))
+            finished_lengths.append(int(ep_len[e]))
+            if truncated[e] and not terminated[e]:
+                truncated_final.append((t, int(e), norm_obs(infos["final_obs"][e][None])[0]))
+        ep_ret = np.where(done, 0.0, ep_ret)
+        ep_len = np.where(done, 0, ep_len)
+        obs_buf.append(obs_t)
+        act_buf.append(action)
+        logp_buf.append(logp)
+        val_buf.append(value)
+        rew_buf.append(torch.as_tensor(scaled, dtype=torch.float32))
+        term_buf.append(torch.as_tensor(terminated, dtype=torch.float32))
+        done_buf.append(torch.as_tensor(done, dtype=torch.float32))
+        raw_obs = next_raw
+        obs_t = torch.as_tensor(norm_obs(raw_obs))
+
+    values = torch.stack(val_buf)
+    with torch.inference_mode():
+        last_value = model.value(obs_t)
+        next_values = torch.cat([values[1:], last_value[None]], 0).clone()
+        if truncated_final:
+            finals = torch.as_tensor(np.stack([f for _, _, f in truncated_final]))
+            v_final = model.value(finals)
+            for k, (t, e, _) in enumerate(truncated_final):
+                next_values[t, e] = v_final[k]
+    rollout = Rollout(
+        torch.stack(obs_buf),
+        torch.stack(act_buf),
+        torch.stack(logp_buf),
+        torch.stack(rew_buf),
+        values,
+        next_values,
+        torch.stack(term_buf),
+        torch.stack(done_buf),
+    )
+    assert rollout.obs.shape[:2] == (steps, n_env)
+    new_cursor = Cursor(raw_obs, ep_ret, ep_len, ret_acc)
+    new_norms = replace(norms, obs=obs_m, ret=ret_m, obs_local=obs_local)
+    return RolloutResult(rollout, new_cursor, new_norms, finished_returns, finished_lengths)
+
+
+def _update_obs(
+    obs_m: Moments, obs_local: Moments | None, batch: np.ndarray
+) -> tuple[Moments, Moments | None]:
+    m = Moments.of(batch)
+    return obs_m.merge(m), (obs_local.merge(m) if obs_local is not None else None)

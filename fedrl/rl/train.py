@@ -1,0 +1,166 @@
+"""Train locally for a budget: the one function a node (or a multi-GPU site) implements.
+
+``train_locally`` takes global weights, a ``LocalPlan`` and the node's ``NodeState`` from the
+previous round, runs ``plan.iterations`` PPO iterations and returns new weights, the env
+steps taken, this round's observation statistics and the next ``NodeState``. It has no hidden
+state: randomness is derived from (seed, node, round); everything that must survive to the
+next round is in the returned ``NodeState``, which serializes to a dict of numpy arrays.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fedrl.config import AlgoConfig
+from fedrl.envs.snapshot import restore, snapshot
+from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, set_weights
+from fedrl.rl.normalize import Moments
+from fedrl.rl.ppo import PPOHyper, Proximal, ppo_update
+from fedrl.rl.rollout import Cursor, Normalizers, collect
+from fedrl.seeding import ENV_RESET, TRAIN, derive, torch_generator
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    """What the server asks of a node for one round."""
+
+    node: int
+    round: int  # 1-based server round
+    total_rounds: int  # for learning-rate annealing over the whole run
+    seed: int
+    prox_mu: float = 0.0
+    obs_moments: Moments | None = None  # global observation statistics (None: off)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """Cross-round node state; ``to_arrays``/``from_arrays`` give its ``context.state`` form."""
+
+    arrays: dict[str, np.ndarray]
+
+    @staticmethod
+    def empty() -> NodeState:
+        return NodeState({})
+
+
+@dataclass(frozen=True)
+class LocalResult:
+    weights: list[np.ndarray]
+    env_steps: int
+    obs_moments: Moments | None  # statistics of the observations seen this round only
+    state: NodeState
+    metrics: dict[str, float]
+
+
+def hyper(algo: AlgoConfig) -> PPOHyper:
+    return PPOHyper(
+        gamma=algo.gamma, gae_lambda=algo.gae_lambda, num_minibatches=algo.num_minibatches,
+        update_epochs=algo.update_epochs, norm_adv=algo.norm_adv, clip_coef=algo.clip_coef,
+        clip_vloss=algo.clip_vloss, ent_coef=algo.ent_coef, vf_coef=algo.vf_coef,
+        max_grad_norm=algo.max_grad_norm, target_kl=algo.target_kl,
+    )
+
+
+def uses_norm(setting: str, spec: PolicySpec) -> bool:
+    return setting == "on" or (setting == "auto" and spec.action_kind == "continuous")
+
+
+def _adam_to_arrays(opt: torch.optim.Adam) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for i, p in enumerate(opt.param_groups[0]["params"]):
+        st = opt.state.get(p)
+        if st:
+            out[f"adam.{i}.m"] = st["exp_avg"].numpy().copy()
+            out[f"adam.{i}.v"] = st["exp_avg_sq"].numpy().copy()
+            out[f"adam.{i}.step"] = np.asarray([float(st["step"])])
+    return out
+
+
+def _adam_from_arrays(opt: torch.optim.Adam, arrays: dict[str, np.ndarray]) -> None:
+    for i, p in enumerate(opt.param_groups[0]["params"]):
+        m, v = arrays.get(f"adam.{i}.m"), arrays.get(f"adam.{i}.v")
+        if m is None or v is None or m.shape != tuple(p.shape):
+            continue  # no saved moments (first round) or a different model: start fresh
+        opt.state[p] = {
+            "step": torch.tensor(float(arrays[f"adam.{i}.step"][0])),
+            "exp_avg": torch.as_tensor(m).clone(),
+            "exp_avg_sq": torch.as_tensor(v).clone(),
+        }
+
+
+def _start(envs: gym.vector.SyncVectorEnv, plan: LocalPlan, state: NodeState) -> Cursor:
+    obs, _ = envs.reset(seed=derive(plan.seed, ENV_RESET, plan.node, plan.round))
+    a = state.arrays
+    if "env.states" in a:
+        restored = restore(envs, a["env.states"], a["env.elapsed"])
+        if restored is not None:
+            return Cursor(restored, a["ep.return"].copy(), a["ep.length"].astype(np.int64), a["ret.acc"].copy())
+    return Cursor.fresh(obs)
+
+
+def train_locally(
+    spec: PolicySpec,
+    weights: list[np.ndarray],
+    envs: gym.vector.SyncVectorEnv,
+    algo: AlgoConfig,
+    plan: LocalPlan,
+    state: NodeState,
+) -> LocalResult:
+    """Run ``algo.iterations_per_round`` PPO iterations from ``weights`` (see module doc)."""
+    t0 = time.perf_counter()
+    model = ActorCritic(spec)
+    set_weights(model, weights)
+    optimizer = torch.optim.Adam(model.parameters(), lr=algo.lr, eps=1e-5)
+    _adam_from_arrays(optimizer, state.arrays)
+    gen = torch_generator(plan.seed, TRAIN, plan.node, plan.round)
+    hp = hyper(algo)
+    prox = None
+    if plan.prox_mu > 0:
+        prox = Proximal(plan.prox_mu, [p.detach().clone() for p in model.parameters()])
+
+    obs_on = uses_norm(algo.norm_obs, spec)
+    ret_on = uses_norm(algo.norm_reward, spec)
+    ret_m = Moments.from_array(state.arrays["ret.moments"]) if "ret.moments" in state.arrays else Moments.empty(1)
+    norms = Normalizers(
+        obs=(plan.obs_moments or Moments.empty(spec.obs_dim)) if obs_on else None,
+        ret=ret_m if ret_on else None,
+        obs_local=Moments.empty(spec.obs_dim) if obs_on else None,
+    )
+    cursor = _start(envs, plan, state)
+    iters = algo.iterations_per_round
+    returns: list[float] = []
+    lengths: list[int] = []
+    stats: dict[str, float] = {}
+    for i in range(iters):
+        if algo.anneal_lr:
+            progress = ((plan.round - 1) * iters + i) / max(1, plan.total_rounds * iters)
+            optimizer.param_groups[0]["lr"] = algo.lr * max(0.0, 1.0 - progress)
+        res = collect(model, envs, cursor, algo.num_steps, gen, norms, algo.gamma)
+        cursor, norms = res.cursor, res.normalizers
+        returns += res.episode_returns
+        lengths += res.episode_lengths
+        stats = ppo_update(model, optimizer, res.rollout, hp, gen, prox)
+
+    arrays = _adam_to_arrays(optimizer)
+    if norms.ret is not None:
+        arrays["ret.moments"] = norms.ret.to_array()
+    snap = snapshot(envs)
+    if snap is not None:
+        arrays.update({
+            "env.states": snap[0], "env.elapsed": snap[1], "ep.return": cursor.ep_return,
+            "ep.length": cursor.ep_length, "ret.acc": cursor.ret_acc,
+        })
+    steps = iters * algo.batch_steps
+    metrics = {
+        "train_return": float(np.mean(returns)) if returns else float("nan"),
+        "train_episodes": float(len(returns)),
+        "train_seconds": time.perf_counter() - t0,
+        "lr": float(optimizer.param_groups[0]["lr"]),
+        **stats,
+    }
+    return LocalResult(get_weights(model), steps, norms.obs_local, NodeState(arrays), metrics)

@@ -1,0 +1,108 @@
+"""Run-folder lifecycle shared by every engine: create or resume, progress lines, finish.
+
+``finish`` writes summary.json (keys fixed by DESIGN.md), the final model (``model.npz``),
+the PNG learning curves and prints the per-variant table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedrl import checkpoint
+from fedrl.errors import ConfigError
+from fedrl.federation import Federation
+from fedrl.results import RunFolder
+
+log = logging.getLogger("fedrl")
+
+
+def resolve_run_folder(cfg: Any, fed: Federation) -> RunFolder:
+    """Create a new run folder, or reopen one and restore ``fed`` from its checkpoint."""
+    out = Path(cfg.output_dir).expanduser().resolve()
+    if cfg.resume and cfg.resume != "true":
+        path = Path(cfg.resume).expanduser().resolve()
+    else:
+        name = cfg.run_name or f"{cfg.env.id}-{cfg.strategy.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+        path = out / name
+    ck = checkpoint.load(path)
+    if cfg.resume:
+        if ck is None:
+            raise ConfigError("resume", f"no checkpoint in {path}; nothing to resume")
+        fed.load_checkpoint(ck)
+        folder = RunFolder(path)
+        folder.truncate_metrics(fed.round)
+        print(f"fedrl: resuming {path} after round {fed.round}", flush=True)
+        return folder
+    if ck is not None:
+        raise ConfigError("run-name", f"{path} already holds a run; pick another run-name or set resume=true")
+    folder = RunFolder(path)
+    folder.write_config(fed.resolved_config())
+    print(f"fedrl: writing results to {path}", flush=True)
+    return folder
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+def round_line(row: dict[str, Any], total: int) -> str:
+    ev = ""
+    if "eval_mean_return" in row:
+        ev = f" | eval mean {row['eval_mean_return']:8.1f} min {row['eval_min_return']:8.1f}"
+    failed = f" | {len(row['nodes_failed'])} left out" if row.get("nodes_failed") else ""
+    return (f"round {row['round']:>4}/{total}{ev} | env steps {row['env_steps']:>9,} | up {_mb(row['bytes_up'])}"
+            f" down {_mb(row['bytes_down'])} | {row['round_time_s']:.1f} s{failed}")
+
+
+def _last_eval(folder: RunFolder) -> list[float] | None:
+    rows = [r for r in folder.read_metrics() if r.get("eval_returns")]
+    return rows[-1]["eval_returns"] if rows else None
+
+
+def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
+    returns = _last_eval(folder)
+    if returns is None or len(returns) != len(fed.variants):
+        returns = fed.evaluate_own()
+    summary: dict[str, Any] = {
+        "rounds_completed": fed.round,
+        "env_steps_total": fed.env_steps,
+        "wall_time_s": fed.wall_time_s,
+        "bytes_up_total": fed.bytes_up,
+        "bytes_down_total": fed.bytes_down,
+        "eval": [{"node": i, "params": v, "mean_return": r} for i, (v, r) in enumerate(zip(fed.variants, returns, strict=True))],
+        "eval_mean_return": float(np.mean(returns)),
+        "eval_min_return": float(np.min(returns)),
+        "target_return": fed.target,
+        "solved": fed.solved(returns),
+        "strategy": fed.cfg.strategy.name,
+        "epsilon": None,
+        "delta": None,
+    }
+    if fed.per_node:
+        cross = fed.evaluate_cross()
+        summary["eval_cross"] = cross  # row i: node i's own model on every variant
+        summary["eval_cross_mean_return"] = float(np.mean(cross))
+    folder.write_summary(summary)
+    extra = {"obs_moments": fed.moments[0].to_array()} if fed.moments[0] is not None else {}
+    if fed.per_node:
+        for i, w in enumerate(fed.models):
+            extra |= {f"node{i}/{n}": a for n, a in zip(fed.names, w, strict=True)}
+    folder.save_model(fed.names, fed.models[0], extra)
+    labels = [", ".join(f"{k}={v:.3g}" for k, v in p.items()) or f"node {i}" for i, p in enumerate(fed.variants)]
+    folder.plot(labels)
+    print_table(summary)
+    return summary
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    print(f"\n{'node':>4}  {'variant':<40} {'return':>9}")
+    for e in summary["eval"]:
+        params = ", ".join(f"{k}={v:.4g}" for k, v in e["params"].items()) or "(default)"
+        print(f"{e['node']:>4}  {params:<40} {e['mean_return']:9.1f}")
+    print(f"mean {summary['eval_mean_return']:.1f}  min {summary['eval_min_return']:.1f}  "
+          f"env steps {summary['env_steps_total']:,}  wall {summary['wall_time_s']:.1f} s", flush=True)
