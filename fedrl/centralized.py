@@ -1,0 +1,69 @@
+"""The centralized baseline: one agent trained on the pooled data of every node.
+
+Its vector env has ``nodes.count x algo.num-envs`` sub-envs, sub-env j running variant
+``j mod nodes.count``, and each round it takes ``nodes.count x algo.local-steps`` env steps:
+the same data per round as a full-participation federation, in one learner with one batch.
+It writes the same run folder (config.json, metrics.jsonl, summary.json, model, plots).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from fedrl import checkpoint
+from fedrl.config import Config
+from fedrl.envs.make import make_vector_env
+from fedrl.federation import Federation
+from fedrl.rl.train import LocalPlan, NodeState, train_locally
+from fedrl.rundir import finish, resolve_run_folder, round_line
+
+
+def pooled_algo(cfg: Config) -> Config:
+    n = cfg.nodes.count
+    algo = dataclasses.replace(cfg.algo, num_envs=cfg.algo.num_envs * n, local_steps=cfg.algo.local_steps * n)
+    return dataclasses.replace(cfg, algo=algo)
+
+
+def run_centralized(cfg: Config) -> Federation:
+    torch.set_num_threads(1)
+    fed = Federation(cfg)
+    folder = resolve_run_folder(cfg, fed)
+    pooled = pooled_algo(cfg).algo
+    envs = make_vector_env(cfg.env.id, [fed.variants[j % len(fed.variants)] for j in range(pooled.num_envs)], fed.kwargs)
+    state = NodeState.empty()
+    started = time.time()
+    try:
+        for rnd in range(fed.round + 1, cfg.num_server_rounds + 1):
+            t0 = time.time()
+            plan = LocalPlan(0, rnd, cfg.num_server_rounds, cfg.seed, 0.0, fed.moments[0])
+            res = train_locally(fed.spec, fed.models[0], envs, pooled, plan, state)
+            state = res.state
+            fed.models[0] = res.weights
+            if fed.moments[0] is not None and res.obs_moments is not None:
+                fed.moments[0] = fed.moments[0].merge(res.obs_moments)
+            fed.env_steps += res.env_steps
+            fed.round = rnd
+            last = rnd == cfg.num_server_rounds
+            evals = fed.evaluate_own() if last or (cfg.eval.every and rnd % cfg.eval.every == 0) else []
+            row = {"round": rnd, "wall_time_s": fed.wall_time_s + time.time() - started,
+                   "round_time_s": time.time() - t0, "env_steps": fed.env_steps, "bytes_up": 0, "bytes_down": 0,
+                   "train_returns": {"central": res.metrics.get("train_return")}}
+            if evals:
+                row |= {"eval_returns": evals, "eval_mean_return": sum(evals) / len(evals),
+                        "eval_min_return": min(evals)}
+            folder.append_metrics(row)
+            # The learner's own state (Adam moments, episodes) is not checkpointed: a resumed
+            # centralized run restarts its optimizer moments and episodes.
+            checkpoint.save(folder.path, fed.to_checkpoint(started))
+            print(round_line(row, cfg.num_server_rounds), flush=True)
+            if evals and cfg.eval.stop_at_target and fed.solved(evals):
+                print(f"every variant reached the target return {fed.target}: stopping", flush=True)
+                break
+    finally:
+        envs.close()
+    fed.wall_time_s += time.time() - started
+    finish(fed, folder)
+    return fed
