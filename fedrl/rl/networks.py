@@ -14,6 +14,10 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
+# Argument validation costs more than the forward pass of these small networks, and every
+# input is produced by our own code; turn it off for the rollout's hot loop.
+Distribution.set_default_validate_args(False)
+
 
 @dataclass(frozen=True)
 class PolicySpec:

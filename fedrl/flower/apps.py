@@ -1,0 +1,43 @@
+"""Builders for fedrl's ServerApp and ClientApp (the entry points only call these)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from fedrl.flower.client import handle_query, handle_train
+from fedrl.flower.server_loop import run
+from fedrl.logs import setup_logging
+from fedrl.validate import check
+
+Handler = Callable[[Message, Context], Message]
+
+
+def make_server_app() -> ServerApp:
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        setup_logging()
+        cfg = check(context.run_config)  # fails before round 1 on any bad key or value
+        run(grid, cfg)
+
+    return app
+
+
+def make_client_app(train: Handler = handle_train) -> ClientApp:
+    """``train`` is replaceable so tests can run a real misbehaving node."""
+    app = ClientApp()
+
+    @app.train()
+    def _train(msg: Message, context: Context) -> Message:
+        return train(msg, context)
+
+    @app.query()
+    def _query(msg: Message, context: Context) -> Message:
+        return handle_query(msg, context)
+
+    return app
