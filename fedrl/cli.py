@@ -11,7 +11,10 @@ it and suggests the nearest known key.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -84,12 +87,47 @@ def main(argv: list[str] | None = None) -> int:
 
         run_centralized(cfg)
         return 0
+    return _hand_over(rest, cfg.output_dir)
+
+
+def _hand_over(rest: list[str], output_dir: str) -> int:
+    """``flwr run`` with the same arguments, streaming, with ``output-dir`` made absolute.
+
+    The ServerApp's working directory is the SuperLink's, not the caller's, so a relative
+    ``output-dir`` is resolved here, where the user typed it. ``flwr run --stream`` exits 0
+    even when the ServerApp fails; we look the run's status up and exit 1 if it failed.
+    """
     env = {**os.environ, **FLOWER_ENV}
-    flwr_args = ["flwr", "run", *rest]
+    args = ["flwr", "run", *rest, "--run-config", f"output-dir='{Path(output_dir).expanduser().resolve()}'"]
     if "--stream" not in rest:
-        flwr_args.append("--stream")
-    os.execvpe("flwr", flwr_args, env)
-    return 0  # not reached
+        args.append("--stream")
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run_id = None
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        if run_id is None and (m := re.search(r"Successfully started run (\d+)", line)):
+            run_id = m.group(1)
+    rc = proc.wait()
+    if rc != 0 or run_id is None:
+        return rc or 1
+    status = _run_status(run_id, rest, env)
+    if status is not None and "failed" in status:
+        print(f"fedrl: run {run_id} ended with status {status}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_status(run_id: str, rest: list[str], env: dict[str, str]) -> str | None:
+    positional, _ = _split(rest)
+    cmd = ["flwr", "ls", *(positional[1:2]), "--run-id", run_id, "--format", "json"]
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60).stdout
+        runs = json.loads(out).get("runs", [])
+        return str(runs[0].get("status")) if runs else None
+    except (subprocess.SubprocessError, ValueError, OSError, AttributeError):
+        return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,154 @@
+"""Federated vs local-only vs centralized, side by side, on heterogeneous CartPole and Pendulum.
+
+    python simulations/benchmark.py [--reps 2] [--only cartpole|pendulum] [--out simulations/results]
+
+Runs are interleaved (A, B, C, A, B, C, ...) because this machine's speed drifts; the table
+reports medians over repetitions and ratios of medians. The federation runs through
+``fedrl run`` in Flower's Simulation Engine (a private local SuperLink, 2 SuperNodes with
+one CPU each); the baselines through ``fedrl central`` and ``strategy.name=local``.
+
+Columns: env steps and wall seconds until every variant's eval return reaches the target
+(blank if never), final eval return per variant, and env steps per second over the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+SUITES: dict[str, dict[str, str]] = {
+    "cartpole": {
+        "common": "env.id='CartPole-v1' env.vary='length=linspace(0.4, 1.2)' num-server-rounds=40 "
+                  "eval.stop-at-target=true",
+        "default-alone": "env.vary=''",
+    },
+    "pendulum": {
+        "common": "env.id='Pendulum-v1' env.vary='g=linspace(8.0, 12.0); m=linspace(0.8, 1.2)' "
+                  "num-server-rounds=12 eval.target-return='-300' eval.every=2 eval.stop-at-target=true "
+                  "algo.num-steps=256 algo.local-steps=2048 algo.gamma=0.9 algo.lr=0.001 "
+                  "algo.update-epochs=10 algo.num-minibatches=8",
+    },
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Flower:
+    """A private local SuperLink for the federated runs (own FLWR_HOME and ports)."""
+
+    def __init__(self, home: Path) -> None:
+        self.control = _free_port()
+        self.env = {**os.environ, "FLWR_HOME": str(home), "FLWR_LOCAL_CONTROL_API_PORT": str(self.control),
+                    "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port())}
+
+    def stop(self) -> None:
+        for p in Path("/proc").iterdir():
+            if p.name.isdigit():
+                try:
+                    if f"127.0.0.1:{self.control}".encode() in (p / "cmdline").read_bytes():
+                        os.killpg(os.getpgid(int(p.name)), signal.SIGTERM)
+                except OSError:
+                    pass
+
+
+def run_one(kind: str, suite: str, rep: int, out: Path, flower: Flower) -> dict:
+    spec = SUITES[suite]
+    name = f"{suite}-{kind}-{rep}"
+    shutil.rmtree(out / name, ignore_errors=True)
+    rc = f"{spec['common']} seed={rep} output-dir='{out}' run-name='{name}'"
+    if kind == "local":
+        rc += " strategy.name='local'"
+    if kind == "central-default":
+        rc += " " + spec["default-alone"]
+    if kind in ("federated", "local"):
+        cmd = [str(BIN / "fedrl"), "run", str(REPO), "--run-config", rc,
+               "--federation-config", "num-supernodes=2 client-resources-num-cpus=1"]
+    else:
+        cmd = [str(BIN / "fedrl"), "central", str(REPO), "--run-config", rc]
+    t0 = time.time()
+    res = subprocess.run(cmd, env=flower.env, capture_output=True, text=True, cwd=REPO)
+    elapsed = time.time() - t0
+    folder = out / name
+    if res.returncode != 0 or not (folder / "summary.json").exists():
+        raise RuntimeError(f"{name} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    summary = json.loads((folder / "summary.json").read_text())
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    target = summary["target_return"]
+    hit = next((r for r in rows if r.get("eval_min_return") is not None and r["eval_min_return"] >= target), None)
+    train_s = sum(r["round_time_s"] for r in rows)
+    return {
+        "kind": kind, "rep": rep, "solved_steps": hit["env_steps"] if hit else None,
+        "solved_s": hit["wall_time_s"] if hit else None,
+        "final": [e["mean_return"] for e in summary["eval"]],
+        "steps_per_s": summary["env_steps_total"] / train_s, "command_s": elapsed,
+    }
+
+
+def med(xs: list[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return statistics.median(vals) if len(vals) == len(xs) and vals else None
+
+
+def fmt(x: float | None, spec: str = ",.0f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--only", choices=list(SUITES), action="append")
+    ap.add_argument("--out", type=Path, default=REPO / "simulations" / "results")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    flower = Flower(args.out / ".flwr-home")
+    results: dict[str, list[dict]] = {}
+    try:
+        for suite in args.only or list(SUITES):
+            kinds = ["federated", "central", "local"] + (["central-default"] if "default-alone" in SUITES[suite] else [])
+            for rep in range(args.reps):
+                for kind in kinds:  # interleaved: A, B, C, A, B, C
+                    r = run_one(kind, suite, rep, args.out, flower)
+                    results.setdefault(f"{suite}/{kind}", []).append(r)
+                    print(f"[{suite} rep {rep}] {kind:<16} solved at {fmt(r['solved_steps'])} steps, "
+                          f"{r['steps_per_s']:,.0f} steps/s, final min {min(r['final']):.1f}", flush=True)
+    finally:
+        flower.stop()
+    print(f"\n{'suite/kind':<28}{'steps to solve':>15}{'s to solve':>11}{'steps/s':>10}  final return per variant")
+    for key, rs in results.items():
+        finals = [statistics.median(x) for x in zip(*[r["final"] for r in rs], strict=True)]
+        print(f"{key:<28}{fmt(med([r['solved_steps'] for r in rs])):>15}{fmt(med([r['solved_s'] for r in rs]), '.1f'):>11}"
+              f"{fmt(med([r['steps_per_s'] for r in rs])):>10}  {' '.join(f'{f:.0f}' for f in finals)}")
+    print("\nratios (medians):")
+    for suite in args.only or list(SUITES):
+        fed, cen = results.get(f"{suite}/federated"), results.get(f"{suite}/central")
+        if fed and cen:
+            sps = med([r["steps_per_s"] for r in fed]), med([r["steps_per_s"] for r in cen])
+            print(f"  {suite}: federated/centralized env steps per second = {sps[0] / sps[1]:.2f}  (target >= 0.7)")
+        alone = results.get(f"{suite}/central-default")
+        if fed and alone:
+            a, b = med([r["solved_steps"] for r in fed]), med([r["solved_steps"] for r in alone])
+            ratio = "-" if a is None or b is None else f"{a / b:.2f}"
+            print(f"  {suite}: federated steps to solve every variant / centralized steps on default alone = "
+                  f"{ratio}  (target <= 1.5)")
+    (args.out / "benchmark.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
