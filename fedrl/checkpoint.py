@@ -27,6 +27,9 @@ class Checkpoint:
 
 
 def save(folder: Path, ckpt: Checkpoint) -> Path:
+    for k, v in ckpt.arrays.items():
+        if np.asarray(v).dtype.hasobject:  # np.savez would pickle it; refuse before touching disk
+            raise TypeError(f"checkpoint array '{k}' holds Python objects; only numeric arrays are saved")
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / FILE
     tmp = folder / (FILE + ".tmp")

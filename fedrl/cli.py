@@ -123,7 +123,7 @@ def _run_status(run_id: str, rest: list[str], env: dict[str, str]) -> str | None
     positional, _ = _split(rest)
     cmd = ["flwr", "ls", *(positional[1:2]), "--run-id", run_id, "--format", "json"]
     try:
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60).stdout
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False).stdout
         runs = json.loads(out).get("runs", [])
         return str(runs[0].get("status")) if runs else None
     except (subprocess.SubprocessError, ValueError, OSError, AttributeError):

@@ -52,8 +52,7 @@ def _target(v: Any) -> str | None:
     if str(v).strip().lower() in ("auto", "none"):
         return None
     try:
-        float(v)
-        return None
+        return None if math.isfinite(float(v)) else "must be a finite number, 'auto' or 'none'"
     except ValueError:
         return "must be 'auto' (the env's reward threshold), 'none' or a number"
 
@@ -138,7 +137,7 @@ class NodesConfig:
 @dataclass(frozen=True)
 class Config:
     num_server_rounds: int = opt("num-server-rounds", 30, "federated rounds", _positive)
-    seed: int = opt("seed", 0, "seed of variants, sampling, training and evaluation")
+    seed: int = opt("seed", 0, "seed of variants, sampling, training and evaluation", _non_negative)
     output_dir: str = opt("output-dir", "runs", "where run folders go")
     run_name: str = opt("run-name", "", "run folder name (empty: generated)")
     resume: str = opt("resume", "", "resume a killed run: 'true' (the run-name folder) or a run folder path")

@@ -53,7 +53,7 @@ def variants_of(cfg: Config) -> list[dict[str, float]]:
 
 
 def policy_spec(cfg: Config, variant: dict[str, float]) -> PolicySpec:
-    env = make_env(cfg.env.id, variant, parse_kwargs(cfg.env.kwargs))
+    env = make_env(cfg.env.id, variant, dict(parse_kwargs(cfg.env.kwargs)))
     try:
         return spec_for(env.observation_space, env.action_space, cfg.algo.hidden_sizes)
     finally:
@@ -85,7 +85,7 @@ class Federation:
         self.variants = variants_of(cfg)
         self.spec = policy_spec(cfg, self.variants[0])
         self.names = weight_names(ActorCritic(self.spec))
-        self.kwargs = parse_kwargs(cfg.env.kwargs)
+        self.kwargs: dict[str, object] = dict(parse_kwargs(cfg.env.kwargs))
         w0 = initial_weights(self.spec, cfg.seed)
         self.per_node = cfg.strategy.name == "local"
         n_models = cfg.nodes.count if self.per_node else 1
@@ -130,11 +130,10 @@ class Federation:
         if not (0 < reply.env_steps <= 100 * self.cfg.algo.local_steps):
             return f"implausible env_steps {reply.env_steps}"
         m = reply.obs_moments
-        if self.obs_on:
-            if m is None or m.mean.shape != (self.spec.obs_dim,) or not (
-                np.all(np.isfinite(m.mean)) and np.all(np.isfinite(m.m2)) and m.count >= 0
-            ):
-                return "missing or malformed observation statistics"
+        if self.obs_on and (m is None or m.mean.shape != (self.spec.obs_dim,) or not (
+            np.all(np.isfinite(m.mean)) and np.all(np.isfinite(m.m2)) and m.count >= 0
+        )):
+            return "missing or malformed observation statistics"
         return None
 
     def aggregate(self, replies: list[Reply]) -> None:

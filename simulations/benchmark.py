@@ -58,13 +58,25 @@ class Flower:
                     "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port())}
 
     def stop(self) -> None:
-        for p in Path("/proc").iterdir():
-            if p.name.isdigit():
-                try:
-                    if f"127.0.0.1:{self.control}".encode() in (p / "cmdline").read_bytes():
-                        os.killpg(os.getpgid(int(p.name)), signal.SIGTERM)
-                except OSError:
-                    pass
+        """Stop our SuperLink and the SuperExec sessions (simulation, Ray) it started."""
+        links = _pids_with(f"127.0.0.1:{self.control}")
+        for pid in [p for link in links for p in _pids_with(f"--parent-pid {link}")] + links:
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _pids_with(fragment: str) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if fragment.encode() in (p / "cmdline").read_bytes():
+                    out.append(int(p.name))
+            except OSError:
+                pass
+    return out
 
 
 def run_one(kind: str, suite: str, rep: int, out: Path, flower: Flower) -> dict:
@@ -82,7 +94,7 @@ def run_one(kind: str, suite: str, rep: int, out: Path, flower: Flower) -> dict:
     else:
         cmd = [str(BIN / "fedrl"), "central", str(REPO), "--run-config", rc]
     t0 = time.time()
-    res = subprocess.run(cmd, env=flower.env, capture_output=True, text=True, cwd=REPO)
+    res = subprocess.run(cmd, env=flower.env, capture_output=True, text=True, cwd=REPO, check=False)
     elapsed = time.time() - t0
     folder = out / name
     if res.returncode != 0 or not (folder / "summary.json").exists():
@@ -117,6 +129,8 @@ def main() -> int:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     flower = Flower(args.out / ".flwr-home")
+    # Turn SIGTERM into an exception so the SuperLink we started is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     results: dict[str, list[dict]] = {}
     try:
         for suite in args.only or list(SUITES):

@@ -12,6 +12,8 @@ round (``snapshot`` returns None), which is correct but cuts episodes at round b
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 
@@ -30,7 +32,7 @@ def _observe(env: gym.Env) -> np.ndarray | None:
     for name in ("_get_obs", "_get_ob"):
         if callable(getattr(u, name, None)):
             return np.asarray(getattr(u, name)(), np.float32)
-    state = np.asarray(getattr(u, "state"), np.float32)
+    state = np.asarray(getattr(u, "state"), np.float32)  # noqa: B009  (not on the Env type)
     return state if env.observation_space.shape == state.shape else None
 
 
@@ -60,7 +62,7 @@ def restore(envs: gym.vector.SyncVectorEnv, states: np.ndarray, elapsed: np.ndar
         return None
     obs = []
     for env, s, n in zip(envs.envs, states, elapsed, strict=True):
-        u = env.unwrapped
+        u: Any = env.unwrapped
         old = getattr(u, "state", None)
         if old is None or np.asarray(old).reshape(-1).shape != s.shape:
             return None
@@ -69,7 +71,7 @@ def restore(envs: gym.vector.SyncVectorEnv, states: np.ndarray, elapsed: np.ndar
             u.steps_beyond_terminated = None
         tl = _time_limit(env)
         if tl is not None:
-            tl._elapsed_steps = int(n)
+            tl._elapsed_steps = int(n)  # type: ignore[assignment]
         o = _observe(env)
         if o is None:
             return None

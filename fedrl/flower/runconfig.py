@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
+import tomllib
 from flwr.common.config import flatten_dict, parse_config_args
 
 from fedrl.errors import ConfigError

@@ -33,7 +33,7 @@ def evaluate(
     set_weights(model, weights)
     params = [dict(v) for v in variants for _ in range(episodes)]
     envs = make_vector_env(env_id, params, env_kwargs)
-    seeds = [derive(seed, EVAL, i // episodes, i % episodes) for i in range(len(params))]
+    seeds: list[int | None] = [derive(seed, EVAL, i // episodes, i % episodes) for i in range(len(params))]
     obs, _ = envs.reset(seed=seeds)
     totals = np.zeros(len(params))
     running = np.ones(len(params), bool)

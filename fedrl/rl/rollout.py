@@ -144,8 +144,8 @@ def collect(
         if truncated_final:
             finals = torch.as_tensor(np.stack([f for _, _, f in truncated_final]))
             v_final = model.value(finals)
-            for k, (t, e, _) in enumerate(truncated_final):
-                next_values[t, e] = v_final[k]
+            for k, (step, env_i, _) in enumerate(truncated_final):
+                next_values[step, env_i] = v_final[k]
     rollout = Rollout(
         torch.stack(obs_buf),
         torch.stack(act_buf),

@@ -65,7 +65,7 @@ class LocalFlower:
             ) -> subprocess.CompletedProcess[str]:
         cmd = [str(BIN / "flwr"), "run", str(app), "--stream", "--run-config", overrides,
                "--federation-config", f"num-supernodes={supernodes}"]
-        return subprocess.run(cmd, env=self.env, cwd=cwd or app, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(cmd, env=self.env, cwd=cwd or app, capture_output=True, text=True, timeout=timeout, check=False)
 
     def popen(self, app: Path, overrides: str, supernodes: int = 2, cwd: Path | None = None) -> subprocess.Popen[str]:
         cmd = [str(BIN / "flwr"), "run", str(app), "--stream", "--run-config", overrides,
@@ -74,6 +74,15 @@ class LocalFlower:
                                 text=True)
 
     def stop(self) -> None:
-        for pid in _pids_with(f"127.0.0.1:{self.control_port}"):
-            kill_session_of(pid)
-        time.sleep(0.5)
+        stop_superlink_tree(f"127.0.0.1:{self.control_port}")
+
+
+def stop_superlink_tree(fragment: str) -> None:
+    """Kill the SuperLink(s) whose command line contains ``fragment``, with their sessions,
+    and the SuperExec sessions (simulation runtime, Ray, app processes) started for them:
+    SuperExec runs in its own session and names its parent with ``--parent-pid``."""
+    links = _pids_with(fragment)
+    execs = [p for link in links for p in _pids_with(f"--parent-pid {link}")]
+    for pid in execs + links:
+        kill_session_of(pid)
+    time.sleep(0.5)

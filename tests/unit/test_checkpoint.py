@@ -96,3 +96,15 @@ def test_load_refuses_pickled_object_arrays(tmp_path: Path) -> None:
         np.savez(fh, meta=np.array(json.dumps({"round": 1})), **{"a/x": np.array([{"evil": 1}], dtype=object)})
     with pytest.raises(ValueError, match="allow_pickle"):
         load(tmp_path)
+
+
+def test_save_refuses_object_arrays_and_keeps_previous_checkpoint(tmp_path: Path) -> None:
+    # BUG (fedrl/checkpoint.py, save): np.savez pickles object arrays by default, so save()
+    # writes a file that load() (allow_pickle=False) cannot read, and os.replace has already
+    # destroyed the previous good checkpoint. save should refuse non-pickle-free arrays before
+    # touching the folder.
+    save(tmp_path, _ckpt(1))
+    with pytest.raises((ValueError, TypeError)):
+        save(tmp_path, Checkpoint({"round": 2}, {"x": np.array([None, 1.0], dtype=object)}))
+    back = load(tmp_path)
+    assert back is not None and back.meta["round"] == 1

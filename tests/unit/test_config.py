@@ -66,9 +66,17 @@ def test_empty_run_config_gives_defaults() -> None:
 
 def test_round_trip_to_flat() -> None:
     given = {
-        "num-server-rounds": 3, "seed": 7, "env.id": "Pendulum-v1", "env.vary": "g=uniform(8, 12)",
-        "algo.local-steps": 512, "algo.anneal-lr": False, "algo.hidden": "32", "algo.norm-obs": "on",
-        "strategy.name": "fedprox", "strategy.proximal-mu": 0.1, "eval.target-return": "none",
+        "num-server-rounds": 3,
+        "seed": 7,
+        "env.id": "Pendulum-v1",
+        "env.vary": "g=uniform(8, 12)",
+        "algo.local-steps": 512,
+        "algo.anneal-lr": False,
+        "algo.hidden": "32",
+        "algo.norm-obs": "on",
+        "strategy.name": "fedprox",
+        "strategy.proximal-mu": 0.1,
+        "eval.target-return": "none",
         "nodes.wait-s": 5.0,
     }
     cfg = from_run_config(given)
@@ -79,8 +87,9 @@ def test_round_trip_to_flat() -> None:
 
 
 def test_flower_style_coercions() -> None:
-    cfg = from_run_config({"seed": 3.0, "algo.lr": 1, "algo.anneal-lr": "false", "resume": True,
-                           "eval.target-return": 450})
+    cfg = from_run_config(
+        {"seed": 3.0, "algo.lr": 1, "algo.anneal-lr": "false", "resume": True, "eval.target-return": 450}
+    )
     assert cfg.seed == 3 and isinstance(cfg.seed, int)
     assert cfg.algo.lr == 1.0 and isinstance(cfg.algo.lr, float)
     assert cfg.algo.anneal_lr is False

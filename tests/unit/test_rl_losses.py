@@ -96,8 +96,9 @@ def test_ppo_loss_total_and_diagnostics() -> None:
     new_v = torch.tensor([1.0, 3.0, 0.0], dtype=torch.float64)
     old_v = torch.tensor([0.5, 2.0, 0.0], dtype=torch.float64)
     ret = torch.tensor([2.0, 2.5, 1.0], dtype=torch.float64)
-    parts = ppo_loss(new, old, entropy, new_v, old_v, adv, ret, clip_coef=0.2, clip_vloss=False,
-                     ent_coef=0.01, vf_coef=0.5)
+    parts = ppo_loss(
+        new, old, entropy, new_v, old_v, adv, ret, clip_coef=0.2, clip_vloss=False, ent_coef=0.01, vf_coef=0.5
+    )
     # policy: (-1.0 - 2.2 + 3.0) / 3 = -0.2 / 3
     pg = -0.2 / 3
     # value (unclipped): 0.5 * (1 + 0.25 + 1) / 3 = 0.375
@@ -121,8 +122,9 @@ def test_ppo_loss_total_formula_with_clip_vloss() -> None:
     new, old = _logp_for_ratios([0.9, 1.3])
     adv = torch.tensor([1.0, -0.5], dtype=torch.float64)
     ent = torch.tensor([1.0, 2.0], dtype=torch.float64)
-    parts = ppo_loss(new, old, ent, NEW_V, OLD_V, adv, RETURNS, clip_coef=0.2, clip_vloss=True,
-                     ent_coef=0.1, vf_coef=2.0)
+    parts = ppo_loss(
+        new, old, ent, NEW_V, OLD_V, adv, RETURNS, clip_coef=0.2, clip_vloss=True, ent_coef=0.1, vf_coef=2.0
+    )
     # value is the clipped one from test_value_loss_clipped: 0.485; entropy mean 1.5
     assert_close(parts.value, torch.tensor(0.485, dtype=torch.float64))
     assert_close(parts.total, parts.policy - 0.1 * 1.5 + 2.0 * 0.485)

@@ -35,7 +35,15 @@ def test_weight_list_layout() -> None:
     # state_dict order: own parameter log_std first, then critic, then actor
     assert names[0] == "log_std"
     assert [tuple(a.shape) for a in w] == [
-        (2,), (8, 3), (8,), (1, 8), (1,), (8, 3), (8,), (2, 8), (2,),
+        (2,),
+        (8, 3),
+        (8,),
+        (1, 8),
+        (1,),
+        (8, 3),
+        (8,),
+        (2, 8),
+        (2,),
     ]
     assert all(a.dtype == np.float32 for a in w)
 

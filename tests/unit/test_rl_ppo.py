@@ -3,6 +3,7 @@ fedrl.rl.train.train_locally on CartPole-v1 (4 sub-envs, 256 env steps per round
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import gymnasium as gym
@@ -16,6 +17,17 @@ from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, set_weights,
 from fedrl.rl.ppo import PPOHyper, Proximal, ppo_update, proximal_term
 from fedrl.rl.rollout import Rollout
 from fedrl.rl.train import LocalPlan, LocalResult, NodeState, train_locally
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Iterator[None]:
+    # These models are tiny: intra-op threads only add spin-waiting, which makes the module
+    # many times slower on a busy machine. Restored afterwards.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 
 # --- proximal_term ----------------------------------------------------------------------------
 
@@ -89,7 +101,16 @@ def _synthetic_rollout(model: ActorCritic, t: int = 16, e: int = 4, seed: int = 
     values = values.reshape(t, e)
     next_values = torch.cat([values[1:], torch.zeros(1, e)])
     term = (torch.rand(t, e, generator=g) < 0.1).float()
-    return Rollout(obs, actions.reshape(t, e, *actions.shape[1:]), logp.reshape(t, e), rewards, values, next_values, term, term.clone())
+    return Rollout(
+        obs,
+        actions.reshape(t, e, *actions.shape[1:]),
+        logp.reshape(t, e),
+        rewards,
+        values,
+        next_values,
+        term,
+        term.clone(),
+    )
 
 
 def _fresh(spec: PolicySpec, seed: int = 0) -> ActorCritic:
@@ -104,8 +125,15 @@ def test_ppo_update_changes_weights_and_reports_stats() -> None:
     ro = _synthetic_rollout(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     stats = ppo_update(model, opt, ro, PPOHyper(update_epochs=2, num_minibatches=4), torch.Generator().manual_seed(1))
-    assert set(stats) == {"policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
-                          "explained_variance", "epochs"}
+    assert set(stats) == {
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_fraction",
+        "explained_variance",
+        "epochs",
+    }
     assert stats["epochs"] == 2.0
     assert all(np.isfinite(v) for v in stats.values())
     assert any(not np.array_equal(a, b) for a, b in zip(before, get_weights(model), strict=True))
@@ -177,8 +205,9 @@ PLAN1 = LocalPlan(node=1, round=1, total_rounds=5, seed=3)
 PLAN2 = replace(PLAN1, round=2)
 
 
-def _train(spec: PolicySpec, weights: list[np.ndarray], algo: AlgoConfig, plan: LocalPlan,
-           state: NodeState) -> LocalResult:
+def _train(
+    spec: PolicySpec, weights: list[np.ndarray], algo: AlgoConfig, plan: LocalPlan, state: NodeState
+) -> LocalResult:
     envs = _envs()
     try:
         return train_locally(spec, weights, envs, algo, plan, state)
@@ -199,7 +228,7 @@ def round2(cartpole: tuple[PolicySpec, list[np.ndarray]], round1: LocalResult) -
 
 
 def test_train_locally_result(cartpole: tuple[PolicySpec, list[np.ndarray]], round1: LocalResult) -> None:
-    spec, w0 = cartpole
+    _, w0 = cartpole
     assert round1.env_steps == 256  # 2 iterations x 4 envs x 32 steps
     assert [a.shape for a in round1.weights] == [a.shape for a in w0]
     assert all(a.dtype == np.float32 and np.all(np.isfinite(a)) for a in round1.weights)
@@ -255,8 +284,9 @@ def test_train_locally_round2_continues_episodes(cartpole: tuple[PolicySpec, lis
     # 2 steps per env per round: no CartPole episode can end within 4 steps of a reset
     # (|theta| starts below 0.05 and must exceed 0.21), so the cursor is exactly predictable.
     spec, w0 = cartpole
-    algo = from_run_config({"algo.local-steps": 8, "algo.num-envs": N_ENVS, "algo.num-steps": 2,
-                            "algo.num-minibatches": 2}).algo
+    algo = from_run_config(
+        {"algo.local-steps": 8, "algo.num-envs": N_ENVS, "algo.num-steps": 2, "algo.num-minibatches": 2}
+    ).algo
     r1 = _train(spec, w0, algo, PLAN1, NodeState.empty())
     assert r1.state.arrays["ep.length"].tolist() == [2] * N_ENVS
     r2 = _train(spec, r1.weights, algo, PLAN2, r1.state)
@@ -296,3 +326,14 @@ def test_train_locally_with_prox_differs_and_is_finite(
     r = _train(spec, w0, _algo(), replace(PLAN1, prox_mu=1.0), NodeState.empty())
     assert all(np.all(np.isfinite(w)) for w in r.weights)
     assert any(not np.array_equal(a, b) for a, b in zip(r.weights, round1.weights, strict=True))
+
+
+def test_train_locally_round2_is_deterministic_from_state(
+    cartpole: tuple[PolicySpec, list[np.ndarray]], round1: LocalResult, round2: LocalResult
+) -> None:
+    spec, _ = cartpole
+    again = _train(spec, round1.weights, _algo(), PLAN2, round1.state)
+    for x, y in zip(round2.weights, again.weights, strict=True):
+        assert np.array_equal(x, y)
+    for k, v in round2.state.arrays.items():
+        assert np.array_equal(v, again.state.arrays[k]), k
