@@ -2,7 +2,10 @@
 
 Its vector env has ``nodes.count x algo.num-envs`` sub-envs, sub-env j running variant
 ``j mod nodes.count``, and each round it takes ``nodes.count x algo.local-steps`` env steps:
-the same data per round as a full-participation federation, in one learner with one batch.
+the same data per round as a full-participation federation, in one learner. It also takes
+``nodes.count x algo.num-minibatches`` minibatches per epoch, so its minibatches have the
+nodes' size and it does the same gradient work per env step as the federation: comparing the
+two measures what federating costs, not a different amount of computation.
 It writes the same run folder (config.json, metrics.jsonl, summary.json, model, plots).
 """
 
@@ -23,7 +26,8 @@ from fedrl.rundir import finish, resolve_run_folder, round_line
 
 def pooled_algo(cfg: Config) -> Config:
     n = cfg.nodes.count
-    algo = dataclasses.replace(cfg.algo, num_envs=cfg.algo.num_envs * n, local_steps=cfg.algo.local_steps * n)
+    algo = dataclasses.replace(cfg.algo, num_envs=cfg.algo.num_envs * n, local_steps=cfg.algo.local_steps * n,
+                               num_minibatches=cfg.algo.num_minibatches * n)
     return dataclasses.replace(cfg, algo=algo)
 
 

@@ -114,7 +114,7 @@ class AlgoConfig:
 class StrategyConfig:
     name: Literal["fedavg", "fedprox", "local"] = opt(
         "strategy.name", "fedavg", "fedavg, fedprox (client proximal term) or local (no aggregation)")
-    server_lr: float = opt("strategy.server-lr", 1.0, "server step on the weighted mean delta", _positive)
+    server_lr: float = opt("strategy.server-lr", 2.0, "server step on the weighted mean delta (1: plain FedAvg)", _positive)
     proximal_mu: float = opt("strategy.proximal-mu", 0.01, "FedProx mu (used by fedprox)", _non_negative)
 
 

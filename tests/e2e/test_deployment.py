@@ -2,14 +2,13 @@
 
 Everything runs on free localhost ports with a private FLWR_HOME; teardown stops exactly
 the processes this test started (their process groups, plus the SuperExec/ServerApp/
-ClientApp helpers they spawned, found by the test's unique ports).
+ClientApp helpers they spawned, found by the test's private FLWR_HOME in their environment).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -36,14 +35,22 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _pids_on_ports(ports: list[int]) -> list[int]:
-    """Processes whose command line names one of our (unique, free) ports: ours and their helpers."""
-    alternatives = "|".join(str(p) for p in ports)
-    pattern = re.compile(rf"127\.0\.0\.1:({alternatives})(?!\d)")
+def _pids_with_home(home: Path) -> list[int]:
+    """Processes whose environment has FLWR_HOME=home: what this test started and everything they spawned.
+
+    The FLWR_HOME is private to the test, so this never matches another session's processes
+    (a port alone could: someone's stale SuperNode may still retry a port that we now hold).
+    """
+    entry = f"FLWR_HOME={home}".encode()
     out = []
     for p in Path("/proc").iterdir():
-        if p.name.isdigit() and pattern.search(_cmdline(int(p.name))):
-            out.append(int(p.name))
+        if p.name.isdigit() and p.name != str(os.getpid()):
+            try:
+                env = (p / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if entry in env:
+                out.append(int(p.name))
     return out
 
 
@@ -77,10 +84,6 @@ class Deployment:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
         self.connection = "fedrl-test-deploy"
-
-    @property
-    def ports(self) -> list[int]:
-        return [self.link_port, *self.node_ports]
 
     def _start(self, name: str, cmd: list[str]) -> None:
         log = self.root / f"{name}.log"
@@ -140,7 +143,7 @@ class Deployment:
     def _groups(self) -> set[int]:
         own = os.getpgid(0)
         groups = set()
-        for pid in [p.pid for p in self.procs.values()] + _pids_on_ports(self.ports):
+        for pid in [p.pid for p in self.procs.values()] + _pids_with_home(self.home):
             try:
                 g = os.getpgid(pid)
             except ProcessLookupError:
@@ -150,12 +153,11 @@ class Deployment:
         return groups
 
     def leftovers(self) -> list[str]:
-        pids = {p.pid for p in self.procs.values() if p.poll() is None} | set(_pids_on_ports(self.ports))
+        pids = {p.pid for p in self.procs.values() if p.poll() is None} | set(_pids_with_home(self.home))
         return [f"{pid} {_cmdline(pid)}" for pid in sorted(pids) if _alive(pid)]
 
     def stop(self) -> None:
         """SIGTERM flwr run and the SuperNodes, then the SuperLink; SIGKILL what is left of their groups."""
-        groups = self._groups()  # before anything exits, so helpers' groups are known
         order = ["flwr-run", *(f"supernode{i}" for i in range(self.nodes)), "superlink"]
         for name in order:
             proc = self.procs.get(name)
@@ -169,11 +171,10 @@ class Deployment:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 pass
-        groups |= self._groups()
         deadline = time.time() + 5  # SuperExecs notice their parent is gone and exit on their own
         while self.leftovers() and time.time() < deadline:
             time.sleep(0.3)
-        for g in groups:
+        for g in self._groups():  # groups that still hold one of our processes (a ClientApp can ignore SIGTERM)
             try:
                 os.killpg(g, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
