@@ -16,12 +16,11 @@ import time
 
 import torch
 
-from fedrl import checkpoint
 from fedrl.config import Config
 from fedrl.envs.make import make_vector_env
 from fedrl.federation import Federation
 from fedrl.rl.train import LocalPlan, NodeState, train_locally
-from fedrl.rundir import finish, resolve_run_folder, round_line
+from fedrl.rundir import end_round, finish, resolve_run_folder
 
 
 def pooled_algo(cfg: Config) -> Config:
@@ -50,21 +49,9 @@ def run_centralized(cfg: Config) -> Federation:
                 fed.moments[0] = fed.moments[0].merge(res.obs_moments)
             fed.env_steps += res.env_steps
             fed.round = rnd
-            last = rnd == cfg.num_server_rounds
-            evals = fed.evaluate_own() if last or (cfg.eval.every and rnd % cfg.eval.every == 0) else []
-            row = {"round": rnd, "wall_time_s": fed.wall_time_s + time.time() - started,
-                   "round_time_s": time.time() - t0, "env_steps": fed.env_steps, "bytes_up": 0, "bytes_down": 0,
-                   "train_returns": {"central": res.metrics.get("train_return")}}
-            if evals:
-                row |= {"eval_returns": evals, "eval_mean_return": sum(evals) / len(evals),
-                        "eval_min_return": min(evals)}
-            folder.append_metrics(row)
             # The learner's own state (Adam moments, episodes) is not checkpointed: a resumed
             # centralized run restarts its optimizer moments and episodes.
-            checkpoint.save(folder.path, fed.to_checkpoint(started))
-            print(round_line(row, cfg.num_server_rounds), flush=True)
-            if evals and cfg.eval.stop_at_target and fed.solved(evals):
-                print(f"every variant reached the target return {fed.target}: stopping", flush=True)
+            if end_round(fed, folder, started, t0, {"train_returns": {"central": res.metrics.get("train_return")}}):
                 break
     finally:
         envs.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,29 @@ def round_line(row: dict[str, Any], total: int) -> str:
     failed = f" | {len(row['nodes_failed'])} left out" if row.get("nodes_failed") else ""
     return (f"round {row['round']:>4}/{total}{ev} | env steps {row['env_steps']:>9,} | up {_mb(row['bytes_up'])}"
             f" down {_mb(row['bytes_down'])} | {row['round_time_s']:.1f} s{failed}")
+
+
+def end_round(fed: Federation, folder: RunFolder, started: float, round_started: float, fields: dict[str, Any]) -> bool:
+    """Evaluate if due, record the round (metrics row, checkpoint, progress line); return
+    True when the run should stop early (``eval.stop-at-target`` and every variant solved)."""
+    cfg = fed.cfg
+    rnd = fed.round
+    due = rnd == cfg.num_server_rounds or (cfg.eval.every > 0 and rnd % cfg.eval.every == 0)
+    evals = fed.evaluate_own() if due else []
+    row: dict[str, Any] = {
+        "round": rnd, "wall_time_s": fed.wall_time_s + time.time() - started,
+        "round_time_s": time.time() - round_started, "env_steps": fed.env_steps,
+        "bytes_up": fed.bytes_up, "bytes_down": fed.bytes_down, **fields,
+    }
+    if evals:
+        row |= {"eval_returns": evals, "eval_mean_return": sum(evals) / len(evals), "eval_min_return": min(evals)}
+    folder.append_metrics(row)
+    checkpoint.save(folder.path, fed.to_checkpoint(started))
+    print(round_line(row, cfg.num_server_rounds), flush=True)
+    if evals and cfg.eval.stop_at_target and fed.solved(evals):
+        print(f"every variant reached the target return {fed.target}: stopping", flush=True)
+        return True
+    return False
 
 
 def _last_eval(folder: RunFolder) -> list[float] | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from fedrl.config import Config, from_run_config
 from fedrl.envs.families import check_env_id, check_params, check_values
-from fedrl.envs.make import make_vector_env
+from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
 from fedrl.errors import ConfigError
 
@@ -36,10 +36,17 @@ def validate(cfg: Config) -> None:
     variants = [sample_variant(specs, i, cfg.nodes.count, cfg.seed) for i in range(cfg.nodes.count)]
     for v in variants:
         check_values(cfg.env.id, v)
-    # Build every variant once: catches bad kwargs, spaces that differ across variants
-    # and parameter values the environment itself refuses.
-    envs = make_vector_env(cfg.env.id, variants, dict(kwargs))
-    envs.close()
+    # Build every variant once: catches bad kwargs and values the environment refuses.
+    # Spaces may differ in bounds across nodes (Pendulum's max_torque) but not in shape:
+    # one policy network serves every variant.
+    shapes = set()
+    for v in variants:
+        env = make_env(cfg.env.id, v, dict(kwargs))
+        shapes.add((env.observation_space.shape, type(env.action_space).__name__, env.action_space.shape))
+        env.close()
+    if len(shapes) > 1:
+        raise ConfigError("env.vary", f"variants of {cfg.env.id} differ in space shapes {sorted(map(str, shapes))}; "
+                                      "one policy cannot serve them")
 
 
 def check(run_config: Mapping[str, Any]) -> Config:

@@ -17,11 +17,10 @@ from pathlib import Path
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from fedrl import checkpoint
 from fedrl.config import Config
 from fedrl.federation import Federation, Reply
 from fedrl.flower import codec
-from fedrl.rundir import finish, resolve_run_folder, round_line
+from fedrl.rundir import end_round, finish, resolve_run_folder
 
 log = logging.getLogger("fedrl")
 
@@ -142,32 +141,23 @@ def run(grid: Grid, cfg: Config) -> Path:
     folder = resolve_run_folder(cfg, fed)
     started = time.time()
     nm = discover(grid, cfg)
-    evals: list[float] = []
     for rnd in range(fed.round + 1, cfg.num_server_rounds + 1):
         t0 = time.time()
         good, bad = train_round(grid, fed, nm, rnd)
-        if good:
+        # "Enough" replies: min-train-nodes, or every selected node if fewer were selected.
+        enough = min(cfg.min_train_nodes, len(good) + len(bad))
+        if len(good) >= enough:
             fed.aggregate(good)
         else:
-            log.warning("round %d: no usable reply; the model is unchanged", rnd)
+            fed.env_steps += sum(r.env_steps for r in good)
+            log.warning("round %d: %d usable replies, fewer than min-train-nodes = %d; the model is unchanged",
+                        rnd, len(good), cfg.min_train_nodes)
         fed.round = rnd
-        last = rnd == cfg.num_server_rounds
-        do_eval = last or (cfg.eval.every > 0 and rnd % cfg.eval.every == 0)
-        evals = fed.evaluate_own() if do_eval else []
-        row = {
-            "round": rnd, "wall_time_s": fed.wall_time_s + time.time() - started,
-            "round_time_s": time.time() - t0, "env_steps": fed.env_steps,
-            "bytes_up": fed.bytes_up, "bytes_down": fed.bytes_down,
+        fields = {
             "nodes_trained": sorted(r.node for r in good), "nodes_failed": {str(k): v for k, v in bad.items()},
             "train_returns": {str(r.node): r.metrics.get("train_return") for r in good},
         }
-        if evals:
-            row |= {"eval_returns": evals, "eval_mean_return": sum(evals) / len(evals), "eval_min_return": min(evals)}
-        folder.append_metrics(row)
-        checkpoint.save(folder.path, fed.to_checkpoint(started))
-        print(round_line(row, cfg.num_server_rounds), flush=True)
-        if evals and cfg.eval.stop_at_target and fed.solved(evals):
-            print(f"every variant reached the target return {fed.target}: stopping", flush=True)
+        if end_round(fed, folder, started, t0, fields):
             break
     fed.wall_time_s += time.time() - started
     finish(fed, folder)

@@ -13,8 +13,10 @@ import numpy as np
 import torch
 
 from fedrl.envs.make import make_vector_env
+from fedrl.errors import ConfigError
 from fedrl.rl.networks import ActorCritic, PolicySpec, set_weights
 from fedrl.rl.normalize import Moments, normalize
+from fedrl.rl.rollout import to_env_actions
 from fedrl.seeding import EVAL, derive
 
 
@@ -28,12 +30,35 @@ def evaluate(
     episodes: int,
     seed: int,
 ) -> list[float]:
-    """Mean undiscounted return per variant over ``episodes`` full episodes each."""
+    """Mean undiscounted return per variant over ``episodes`` full episodes each.
+
+    Variants run together in one vector env where their spaces agree; a parameter that
+    changes a space (Pendulum's ``max_torque`` bounds) puts each variant in its own.
+    """
     model = ActorCritic(spec)
     set_weights(model, weights)
-    params = [dict(v) for v in variants for _ in range(episodes)]
+    try:
+        return _run(model, obs_moments, env_id, list(range(len(variants))), variants, env_kwargs, episodes, seed)
+    except ConfigError:
+        out: list[float] = []
+        for i in range(len(variants)):
+            out += _run(model, obs_moments, env_id, [i], variants, env_kwargs, episodes, seed)
+        return out
+
+
+def _run(
+    model: ActorCritic,
+    obs_moments: Moments | None,
+    env_id: str,
+    which: list[int],
+    variants: Sequence[dict[str, float]],
+    env_kwargs: dict[str, object],
+    episodes: int,
+    seed: int,
+) -> list[float]:
+    params = [dict(variants[i]) for i in which for _ in range(episodes)]
     envs = make_vector_env(env_id, params, env_kwargs)
-    seeds: list[int | None] = [derive(seed, EVAL, i // episodes, i % episodes) for i in range(len(params))]
+    seeds: list[int | None] = [derive(seed, EVAL, i, e) for i in which for e in range(episodes)]
     obs, _ = envs.reset(seed=seeds)
     totals = np.zeros(len(params))
     running = np.ones(len(params), bool)
@@ -42,13 +67,9 @@ def evaluate(
             x = normalize(obs, obs_moments) if obs_moments is not None else obs.astype(np.float32)
             with torch.inference_mode():
                 act = model.greedy(torch.as_tensor(x)).numpy()
-            if spec.action_kind == "discrete":
-                act = act.astype(np.int64)
-            else:
-                act = np.clip(act, spec.action_low, spec.action_high)
-            obs, reward, term, trunc, _ = envs.step(act)
+            obs, reward, term, trunc, _ = envs.step(to_env_actions(act, envs.single_action_space))
             totals += np.where(running, reward, 0.0)
             running &= ~np.logical_or(term, trunc)
     finally:
         envs.close()
-    return [float(r) for r in totals.reshape(len(variants), episodes).mean(1)]
+    return [float(r) for r in totals.reshape(len(which), episodes).mean(1)]

@@ -68,13 +68,13 @@ class RolloutResult(NamedTuple):
     episode_lengths: list[int]
 
 
-def _to_env_actions(model: ActorCritic, actions: torch.Tensor) -> np.ndarray:
-    a = actions.numpy()
-    if model.spec.action_kind == "discrete":
-        return a.astype(np.int64)
-    # The Gaussian is unbounded; the env gets the action clipped to its box (CleanRL does
-    # the same with ClipAction) while the log-probability is of the unclipped sample.
-    return np.clip(a, model.spec.action_low, model.spec.action_high)
+def to_env_actions(actions: np.ndarray, space: gym.Space) -> np.ndarray:  # type: ignore[type-arg]
+    """Discrete: int64. Box: clipped to the env's own bounds (nodes may differ, e.g. Pendulum's
+    ``max_torque``); the Gaussian is unbounded and its log-probability is of the unclipped
+    sample, as CleanRL does with ClipAction."""
+    if isinstance(space, gym.spaces.Box):
+        return np.clip(actions, space.low, space.high)
+    return actions.astype(np.int64)
 
 
 def collect(
@@ -105,7 +105,7 @@ def collect(
         with torch.inference_mode():
             action, logp = model.sample(obs_t, generator)
             value = model.value(obs_t)
-        next_raw, reward, terminated, truncated, infos = envs.step(_to_env_actions(model, action))
+        next_raw, reward, terminated, truncated, infos = envs.step(to_env_actions(action.numpy(), envs.single_action_space))
         reward = np.asarray(reward, np.float64)
         done = np.logical_or(terminated, truncated)
         ep_ret += reward

@@ -119,3 +119,18 @@ def test_misbehaving_clients_are_left_out(flower: LocalFlower, tmp_path: Path) -
         assert "non-finite" in r["nodes_failed"]["2"]
     summary = json.loads((out / "f" / "summary.json").read_text())
     assert summary["rounds_completed"] == 2 and np.isfinite(summary["eval_mean_return"])
+
+
+def test_local_baseline_evaluates_each_node_everywhere(flower: LocalFlower, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    overrides = _overrides(out, "l", 1, "strategy.name='local'").replace("nodes.count=4", "nodes.count=3")
+    res = flower.run(REPO, overrides)
+    assert res.returncode == 0, res.stdout + res.stderr
+    summary = json.loads((out / "l" / "summary.json").read_text())
+    assert summary["strategy"] == "local" and summary["env_steps_total"] == 3 * 256
+    cross = summary["eval_cross"]
+    assert len(cross) == 3 and all(len(row) == 3 for row in cross)
+    # Own-variant returns are the diagonal of the cross matrix (same seeds, same model).
+    assert [e["mean_return"] for e in summary["eval"]] == pytest.approx([cross[i][i] for i in range(3)])
+    with np.load(out / "l" / "model.npz", allow_pickle=False) as m:
+        assert any(k.startswith("node2/") for k in m.files)
