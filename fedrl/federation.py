@@ -140,9 +140,9 @@ class Federation:
         """Apply valid replies (already checked with ``validate``)."""
         lr = self.cfg.strategy.server_lr
         if self.per_node:
+            # No aggregation: a node's next model is exactly what it trained (no server step).
             for r in replies:
-                old = self.models[r.node]
-                self.models[r.node] = apply_delta(old, delta_of(r.weights, old), lr)
+                self.models[r.node] = [w.astype(np.float32) for w in r.weights]
                 self._merge_moments(r.node, [r])
         elif replies:
             g = self.models[0]

@@ -4,8 +4,8 @@
 
 Runs are interleaved (A, B, C, A, B, C, ...) because this machine's speed drifts; the table
 reports medians over repetitions and ratios of medians. The federation runs through
-``fedrl run`` in Flower's Simulation Engine (a private local SuperLink, 2 SuperNodes with
-one CPU each); the baselines through ``fedrl central`` and ``strategy.name=local``.
+``fedrl run`` in Flower's Simulation Engine (a private local SuperLink, one SuperNode per
+node, one CPU per ClientApp so two run at once); the baselines through ``fedrl central`` and ``strategy.name=local``.
 
 Columns: env steps and wall seconds until every variant's eval return reaches the target
 (blank if never), final eval return per variant, and env steps per second over the run.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -79,18 +80,24 @@ def _pids_with(fragment: str) -> list[int]:
     return out
 
 
+def _join(*parts: str) -> str:
+    """Merge ``k=v`` override strings; later parts win (Flower refuses a repeated key)."""
+    merged: dict[str, str] = {}
+    for part in parts:
+        for key, value in re.findall(r"""([\w.-]+)=('[^']*'|"[^"]*"|\S+)""", part):
+            merged[key] = value
+    return " ".join(f"{k}={v}" for k, v in merged.items())
+
+
 def run_one(kind: str, suite: str, rep: int, out: Path, flower: Flower) -> dict:
     spec = SUITES[suite]
     name = f"{suite}-{kind}-{rep}"
     shutil.rmtree(out / name, ignore_errors=True)
-    rc = f"{spec['common']} seed={rep} output-dir='{out}' run-name='{name}'"
-    if kind == "local":
-        rc += " strategy.name='local'"
-    if kind == "central-default":
-        rc += " " + spec["default-alone"]
+    extra = {"local": "strategy.name='local'", "central-default": spec.get("default-alone", "")}.get(kind, "")
+    rc = _join(spec["common"], f"seed={rep} output-dir='{out}' run-name='{name}'", extra)
     if kind in ("federated", "local"):
         cmd = [str(BIN / "fedrl"), "run", str(REPO), "--run-config", rc,
-               "--federation-config", "num-supernodes=2 client-resources-num-cpus=1"]
+               "--federation-config", "num-supernodes=8 client-resources-num-cpus=1"]
     else:
         cmd = [str(BIN / "fedrl"), "central", str(REPO), "--run-config", rc]
     t0 = time.time()

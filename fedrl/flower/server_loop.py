@@ -156,6 +156,7 @@ def run(grid: Grid, cfg: Config) -> Path:
         fields = {
             "nodes_trained": sorted(r.node for r in good), "nodes_failed": {str(k): v for k, v in bad.items()},
             "train_returns": {str(r.node): r.metrics.get("train_return") for r in good},
+            "train_seconds": {str(r.node): r.metrics.get("train_seconds") for r in good},
         }
         if end_round(fed, folder, started, t0, fields):
             break

@@ -43,7 +43,7 @@ def test_local_keeps_one_model_per_node() -> None:
     fed = _fed(**{"strategy.name": "local"})
     g = [w.copy() for w in fed.models[1]]
     fed.aggregate([Reply(1, _shifted(g, 2.0), 256, None, {})])
-    np.testing.assert_allclose(fed.models[1][0] - g[0], 4.0, atol=1e-6)  # server lr 2 by default
+    np.testing.assert_allclose(fed.models[1][0] - g[0], 2.0, atol=1e-6)  # its own weights: no server step
     np.testing.assert_array_equal(fed.models[0][0], g[0])  # node 0 untouched
     assert fed.plan(1, 2)[1] is fed.models[1]
 
