@@ -27,6 +27,7 @@ from fedrl.checkpoint import Checkpoint
 from fedrl.config import Config, to_flat
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
+from fedrl.errors import ConfigError
 from fedrl.rl.evaluate import evaluate
 from fedrl.rl.networks import ActorCritic, PolicySpec, check_weights, get_weights, spec_for, weight_names
 from fedrl.rl.normalize import Moments
@@ -207,9 +208,13 @@ class Federation:
         return Checkpoint(meta, arrays)
 
     def load_checkpoint(self, ck: Checkpoint) -> None:
-        if ck.meta["config"] != to_flat(self.cfg) | {"resume": ck.meta["config"]["resume"]}:
-            changed = sorted(k for k, v in ck.meta["config"].items() if to_flat(self.cfg).get(k) != v and k != "resume")
-            raise ValueError(f"resume: the run folder was made with a different config ({', '.join(changed)})")
+        now, then = to_flat(self.cfg), ck.meta["config"]
+        # Where the run folder lives and how it is named may change; the experiment may not.
+        free = {"resume", "output-dir", "run-name"}
+        changed = sorted(k for k in now.keys() | then.keys() if k not in free and now.get(k) != then.get(k))
+        if changed:
+            raise ConfigError("resume", f"the run folder was made with a different config ({', '.join(changed)}); "
+                                        "resume with the same settings")
         for s in range(len(self.models)):
             self.models[s] = [ck.arrays[f"model{s}/{i}"].astype(np.float32) for i in range(len(self.names))]
             if self.moments[s] is not None:

@@ -89,3 +89,20 @@ def test_centralized_writes_a_run_folder(tmp_path: Path) -> None:
     assert len(summary["eval"]) == 3
     rows = (tmp_path / "c" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2
+
+
+def test_checkpoint_round_trip_and_refuses_a_changed_experiment() -> None:
+    from fedrl.errors import ConfigError
+
+    fed = _fed(**{"algo.norm-obs": "on"})
+    g = fed.models[0]
+    fed.aggregate([Reply(0, _shifted(g, 1.0), 256, Moments.of(np.ones((3, 4))), {})])
+    fed.round, fed.bytes_up = 3, 123
+    ck = fed.to_checkpoint(started=0.0)
+    back = _fed(**{"algo.norm-obs": "on", "run-name": "elsewhere"})  # folder name may change
+    back.load_checkpoint(ck)
+    assert (back.round, back.env_steps, back.bytes_up) == (3, 256, 123)
+    np.testing.assert_array_equal(back.models[0][0], fed.models[0][0])
+    assert back.moments[0] is not None and back.moments[0].count == 3
+    with pytest.raises(ConfigError, match="resume: .*algo.lr"):
+        _fed(**{"algo.norm-obs": "on", "algo.lr": 0.1}).load_checkpoint(ck)
