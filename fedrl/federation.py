@@ -169,7 +169,8 @@ class Federation:
             return evaluate(self.spec, self.models[0], self.moments[0], c.env.id, self.variants,
                             self.kwargs, c.eval.episodes, c.seed)
         return [
-            evaluate(self.spec, self.models[i], self.moments[i], c.env.id, [v], self.kwargs, c.eval.episodes, c.seed)[0]
+            evaluate(self.spec, self.models[i], self.moments[i], c.env.id, [v], self.kwargs, c.eval.episodes, c.seed,
+                     nodes=[i])[0]
             for i, v in enumerate(self.variants)
         ]
 

@@ -29,20 +29,26 @@ def evaluate(
     env_kwargs: dict[str, object],
     episodes: int,
     seed: int,
+    nodes: Sequence[int] | None = None,
 ) -> list[float]:
     """Mean undiscounted return per variant over ``episodes`` full episodes each.
 
+    ``nodes[k]`` names the node whose variant ``variants[k]`` is (default: k); episode seeds
+    derive from it, so a variant is evaluated on the same episodes whatever list it is in.
     Variants run together in one vector env where their spaces agree; a parameter that
     changes a space (Pendulum's ``max_torque`` bounds) puts each variant in its own.
     """
     model = ActorCritic(spec)
     set_weights(model, weights)
+    ids = list(nodes) if nodes is not None else list(range(len(variants)))
+    if len(ids) != len(variants):
+        raise ValueError("one node id per variant")
     try:
-        return _run(model, obs_moments, env_id, list(range(len(variants))), variants, env_kwargs, episodes, seed)
+        return _run(model, obs_moments, env_id, ids, variants, env_kwargs, episodes, seed)
     except ConfigError:
         out: list[float] = []
-        for i in range(len(variants)):
-            out += _run(model, obs_moments, env_id, [i], variants, env_kwargs, episodes, seed)
+        for k, v in enumerate(variants):
+            out += _run(model, obs_moments, env_id, [ids[k]], [v], env_kwargs, episodes, seed)
         return out
 
 
@@ -50,15 +56,15 @@ def _run(
     model: ActorCritic,
     obs_moments: Moments | None,
     env_id: str,
-    which: list[int],
+    ids: list[int],
     variants: Sequence[dict[str, float]],
     env_kwargs: dict[str, object],
     episodes: int,
     seed: int,
 ) -> list[float]:
-    params = [dict(variants[i]) for i in which for _ in range(episodes)]
+    params = [dict(v) for v in variants for _ in range(episodes)]
     envs = make_vector_env(env_id, params, env_kwargs)
-    seeds: list[int | None] = [derive(seed, EVAL, i, e) for i in which for e in range(episodes)]
+    seeds: list[int | None] = [derive(seed, EVAL, i, e) for i in ids for e in range(episodes)]
     obs, _ = envs.reset(seed=seeds)
     totals = np.zeros(len(params))
     running = np.ones(len(params), bool)
@@ -72,4 +78,4 @@ def _run(
             running &= ~np.logical_or(term, trunc)
     finally:
         envs.close()
-    return [float(r) for r in totals.reshape(len(which), episodes).mean(1)]
+    return [float(r) for r in totals.reshape(len(ids), episodes).mean(1)]

@@ -106,3 +106,13 @@ def test_checkpoint_round_trip_and_refuses_a_changed_experiment() -> None:
     assert back.moments[0] is not None and back.moments[0].count == 3
     with pytest.raises(ConfigError, match="resume: .*algo.lr"):
         _fed(**{"algo.norm-obs": "on", "algo.lr": 0.1}).load_checkpoint(ck)
+
+
+def test_a_variant_is_evaluated_on_the_same_episodes_in_any_list() -> None:
+    from fedrl.rl.evaluate import evaluate
+
+    fed = _fed()
+    args = (fed.spec, fed.models[0], None, "CartPole-v1")
+    every = evaluate(*args, fed.variants, {}, 2, 0)
+    alone = [evaluate(*args, [v], {}, 2, 0, nodes=[i])[0] for i, v in enumerate(fed.variants)]
+    assert every == alone
