@@ -15,6 +15,7 @@ from flwr.app import Context, Message
 
 from fedrl.config import Config, from_run_config
 from fedrl.envs.make import make_vector_env
+from fedrl.envs.spec import parse_kwargs
 from fedrl.federation import Reply, policy_spec, variants_of
 from fedrl.flower import codec
 from fedrl.rl.networks import PolicySpec
@@ -38,7 +39,8 @@ def handle_train(msg: Message, context: Context) -> Message:
     plan, weights = codec.decode_plan(msg.content)
     if not 0 <= plan.node < len(variants):
         raise ValueError(f"plan for node {plan.node}, but nodes.count is {len(variants)}")
-    envs = make_vector_env(cfg.env.id, [variants[plan.node]] * cfg.algo.num_envs, _kwargs(cfg))
+    envs = make_vector_env(cfg.env.id, [variants[plan.node]] * cfg.algo.num_envs,
+                           dict(parse_kwargs(cfg.env.kwargs)))
     try:
         state = codec.load_node_state(context.state, plan.node)
         res = train_locally(spec, weights, envs, cfg.algo, plan, state)
@@ -54,8 +56,3 @@ def handle_query(msg: Message, context: Context) -> Message:
     num = context.node_config.get("num-partitions", 0)
     return Message(codec.encode_hello_reply(int(pid), int(num)), reply_to=msg)  # type: ignore[arg-type]
 
-
-def _kwargs(cfg: Config) -> dict[str, object]:
-    from fedrl.envs.spec import parse_kwargs
-
-    return dict(parse_kwargs(cfg.env.kwargs))

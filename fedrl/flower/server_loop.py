@@ -48,8 +48,12 @@ def discover(grid: Grid, cfg: Config) -> NodeMap:
         if new:
             msgs = [Message(codec.encode_hello(), dst_node_id=n, message_type=codec.QUERY) for n in new]
             for r in grid.send_and_receive(msgs, timeout=max(5.0, deadline - time.monotonic())):
-                if not r.has_error():
+                if r.has_error():
+                    continue
+                try:
                     known[r.metadata.src_node_id] = codec.decode_hello_reply(r.content)
+                except codec.WireError as err:
+                    log.warning("SuperNode %d sent a malformed hello (%s); ignored", r.metadata.src_node_id, err)
         parts = {p for p, _ in known.values()}
         wanted = max((n for _, n in known.values()), default=0)
         if known and wanted > 0 and parts >= set(range(wanted)):
@@ -84,7 +88,7 @@ def train_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> tuple[lis
     good: list[Reply] = []
     bad: dict[int, str] = {}
     for wave in _waves(fed.select(rnd), nm):
-        msgs, node_of = [], {}
+        msgs = []
         for node in wave:
             plan, weights = fed.plan(node, rnd)
             msg = Message(codec.encode_plan(plan, weights), dst_node_id=nm.supernode(node),
@@ -96,14 +100,14 @@ def train_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> tuple[lis
         replies = _collect(grid, sent, cfg.nodes.reply_timeout_s)
         for mid, node in node_of.items():
             r = replies.get(mid)
-            why = _check_reply(fed, r, node)
-            if why is not None:
-                bad[node] = why
-                log.warning("round %d: node %d left out: %s", rnd, node, why)
-                continue
-            assert r is not None
-            fed.bytes_up += codec.wire_bytes(r)
-            good.append(codec.decode_reply(r.content))
+            if r is not None and r.has_content():
+                fed.bytes_up += codec.wire_bytes(r)  # it crossed the wire, usable or not
+            checked = _check_reply(fed, r, node)
+            if isinstance(checked, str):
+                bad[node] = checked
+                log.warning("round %d: node %d left out: %s", rnd, node, checked)
+            else:
+                good.append(checked)
     return good, bad
 
 
@@ -123,7 +127,8 @@ def _collect(grid: Grid, ids: list[str], timeout: float) -> dict[str, Message]:
     return out
 
 
-def _check_reply(fed: Federation, r: Message | None, node: int) -> str | None:
+def _check_reply(fed: Federation, r: Message | None, node: int) -> Reply | str:
+    """The decoded reply if it may enter the aggregate, else why not."""
     if r is None:
         return "no reply before nodes.reply-timeout-s"
     if r.has_error():
@@ -132,7 +137,8 @@ def _check_reply(fed: Federation, r: Message | None, node: int) -> str | None:
         reply = codec.decode_reply(r.content)
     except (codec.WireError, ValueError) as err:
         return f"malformed reply: {err}"
-    return fed.validate(reply, node)
+    why = fed.validate(reply, node)
+    return reply if why is None else why
 
 
 def run(grid: Grid, cfg: Config) -> Path:
