@@ -25,30 +25,39 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _pids_with(fragment: str) -> list[int]:
+def pids_with_home(home: Path) -> list[int]:
+    """Processes whose environment has FLWR_HOME=home: what a test started and everything
+    those spawned (SuperLink, SuperExec, simulation runtime, Ray, app processes).
+
+    Each harness has a private FLWR_HOME, so this never matches another session's processes
+    (a port alone could: a stale process may still hold or retry a port we were handed).
+    """
+    entry = f"FLWR_HOME={home}".encode()
     out = []
     for p in Path("/proc").iterdir():
-        if p.name.isdigit():
+        if p.name.isdigit() and p.name != str(os.getpid()):
             try:
-                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                env = (p / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if fragment in cmd:
+            if entry in env:
                 out.append(int(p.name))
     return out
 
 
-def kill_session_of(pid: int) -> None:
-    try:
-        os.killpg(os.getpgid(pid), signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class LocalFlower:
     """``flwr run`` against a private local SuperLink (Simulation Engine)."""
 
     def __init__(self, home: Path) -> None:
+        self.home = home
         self.control_port = free_port()
         self.http_port = free_port()
         self.env = {
@@ -74,15 +83,11 @@ class LocalFlower:
                                 text=True)
 
     def stop(self) -> None:
-        stop_superlink_tree(f"127.0.0.1:{self.control_port}")
-
-
-def stop_superlink_tree(fragment: str) -> None:
-    """Kill the SuperLink(s) whose command line contains ``fragment``, with their sessions,
-    and the SuperExec sessions (simulation runtime, Ray, app processes) started for them:
-    SuperExec runs in its own session and names its parent with ``--parent-pid``."""
-    links = _pids_with(fragment)
-    execs = [p for link in links for p in _pids_with(f"--parent-pid {link}")]
-    for pid in execs + links:
-        kill_session_of(pid)
-    time.sleep(0.5)
+        """Kill every process started under this harness's FLWR_HOME (the local SuperLink is
+        detached, and its SuperExec runs in yet another session, so groups would miss some)."""
+        for _ in range(3):
+            pids = pids_with_home(self.home)
+            if not pids:
+                return
+            kill_all(pids)
+            time.sleep(0.5)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import BIN, REPO, free_port
+from tests.e2e.harness import BIN, REPO, free_port, pids_with_home
 
 pytestmark = pytest.mark.slow
 
@@ -33,25 +33,6 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def _pids_with_home(home: Path) -> list[int]:
-    """Processes whose environment has FLWR_HOME=home: what this test started and everything they spawned.
-
-    The FLWR_HOME is private to the test, so this never matches another session's processes
-    (a port alone could: someone's stale SuperNode may still retry a port that we now hold).
-    """
-    entry = f"FLWR_HOME={home}".encode()
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit() and p.name != str(os.getpid()):
-            try:
-                env = (p / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if entry in env:
-                out.append(int(p.name))
-    return out
 
 
 def _alive(pid: int) -> bool:
@@ -143,7 +124,7 @@ class Deployment:
     def _groups(self) -> set[int]:
         own = os.getpgid(0)
         groups = set()
-        for pid in [p.pid for p in self.procs.values()] + _pids_with_home(self.home):
+        for pid in [p.pid for p in self.procs.values()] + pids_with_home(self.home):
             try:
                 g = os.getpgid(pid)
             except ProcessLookupError:
@@ -153,7 +134,7 @@ class Deployment:
         return groups
 
     def leftovers(self) -> list[str]:
-        pids = {p.pid for p in self.procs.values() if p.poll() is None} | set(_pids_with_home(self.home))
+        pids = {p.pid for p in self.procs.values() if p.poll() is None} | set(pids_with_home(self.home))
         return [f"{pid} {_cmdline(pid)}" for pid in sorted(pids) if _alive(pid)]
 
     def stop(self) -> None:
