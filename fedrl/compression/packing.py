@@ -1,0 +1,146 @@
+"""Bit packing at the true bit width, and compact encodings of sorted index sets.
+
+All functions are vectorized (no Python loop over elements) and round-trip exactly.
+Bit order is LSB-first: value ``i`` occupies bits ``[i*bits, (i+1)*bits)`` of the little-endian
+bit stream, and each value's least significant bit comes first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_BITS = 16
+"""Largest width accepted by the public :func:`pack_bits` / :func:`unpack_bits`."""
+
+_MAX_INTERNAL_BITS = 63
+"""Index gaps may need more than 16 bits (n > 65536); the internal packer handles up to 63."""
+
+INDEX_KINDS = ("bitmap", "delta")
+
+
+def _check_bits(bits: int, limit: int) -> None:
+    if not isinstance(bits, (int, np.integer)) or isinstance(bits, bool) or not 1 <= int(bits) <= limit:
+        raise ValueError(f"bits must be an int in [1, {limit}], got {bits!r}")
+
+
+def _pack(values: np.ndarray, bits: int) -> np.ndarray:
+    v = np.asarray(values).astype(np.uint64, copy=False).ravel()
+    shifts = np.arange(bits, dtype=np.uint64)
+    bitmat = ((v[:, None] >> shifts[None, :]) & np.uint64(1)).astype(np.uint8)  # (n, bits), LSB first
+    return np.packbits(bitmat.ravel(), bitorder="little")
+
+
+def _unpack(packed: np.ndarray, bits: int, n: int) -> np.ndarray:
+    p = np.asarray(packed)
+    if p.dtype != np.uint8 or p.ndim != 1:
+        raise ValueError(f"packed must be a 1-D uint8 array, got dtype={p.dtype} ndim={p.ndim}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    need = (n * bits + 7) // 8
+    if p.size != need:
+        raise ValueError(f"packed has {p.size} bytes but {n} values at {bits} bits need {need}")
+    flat = np.unpackbits(p, count=n * bits, bitorder="little").reshape(n, bits).astype(np.uint64)
+    weights = np.uint64(1) << np.arange(bits, dtype=np.uint64)
+    out: np.ndarray = (flat * weights[None, :]).sum(axis=1, dtype=np.uint64)
+    return out
+
+
+def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
+    """Pack non-negative integers, each ``< 2**bits``, into ``ceil(len(values) * bits / 8)`` bytes.
+
+    Args:
+        values: 1-D array of non-negative integers (any integer dtype), each ``< 2**bits``.
+        bits: width in ``[1, 16]``.
+
+    Returns:
+        1-D ``uint8`` array of length ``ceil(n * bits / 8)`` (LSB-first bit stream).
+
+    Raises:
+        ValueError: on a bad width, a non-integer dtype, a negative value or one ``>= 2**bits``.
+    """
+    _check_bits(bits, MAX_BITS)
+    v = np.asarray(values)
+    if v.ndim != 1:
+        raise ValueError(f"values must be 1-D, got shape {v.shape}")
+    if v.size and not np.issubdtype(v.dtype, np.integer):
+        raise ValueError(f"values must have an integer dtype, got {v.dtype}")
+    if v.size and (int(v.min()) < 0 or int(v.max()) >= 1 << int(bits)):
+        raise ValueError(f"values must lie in [0, 2**{bits}), got range [{int(v.min())}, {int(v.max())}]")
+    return _pack(v, int(bits))
+
+
+def unpack_bits(packed: np.ndarray, bits: int, n: int) -> np.ndarray:
+    """Inverse of :func:`pack_bits`: return the first ``n`` values as a 1-D ``uint32`` array."""
+    _check_bits(bits, MAX_BITS)
+    return _unpack(packed, int(bits), int(n)).astype(np.uint32)
+
+
+def _bitmap_nbytes(n: int) -> int:
+    return (n + 7) // 8
+
+
+def pack_indices(indices: np.ndarray, n: int) -> tuple[str, np.ndarray]:
+    """Encode a sorted set of unique indices in ``[0, n)`` as the smaller of two ``uint8`` forms.
+
+    - ``"bitmap"``: ``np.packbits`` (big-endian bit order, numpy's default) of the length-``n`` mask;
+      ``ceil(n / 8)`` bytes.
+    - ``"delta"``: gaps (first index, then successive differences, all ``>= 1`` after the first)
+      packed LSB-first at the width ``w`` of the largest gap; the first byte holds ``w``.
+      ``1 + ceil(k * w / 8)`` bytes.
+
+    Ties go to the bitmap. Decode with :func:`unpack_indices` given the same ``n`` and ``k``.
+
+    Raises:
+        ValueError: if indices are not 1-D integers, not strictly increasing, or outside ``[0, n)``.
+    """
+    idx = np.asarray(indices)
+    if idx.ndim != 1:
+        raise ValueError(f"indices must be 1-D, got shape {idx.shape}")
+    if idx.size and not np.issubdtype(idx.dtype, np.integer):
+        raise ValueError(f"indices must have an integer dtype, got {idx.dtype}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size:
+        if int(idx[0]) < 0 or int(idx[-1]) >= n:
+            raise ValueError(f"indices must lie in [0, {n})")
+        if idx.size > 1 and not bool(np.all(np.diff(idx) > 0)):
+            raise ValueError("indices must be sorted and unique")
+    gaps = np.diff(idx, prepend=np.int64(0)) if idx.size else idx
+    width = max(1, int(gaps.max()).bit_length()) if idx.size else 1
+    delta_nbytes = 1 + (idx.size * width + 7) // 8
+    if _bitmap_nbytes(n) <= delta_nbytes:
+        mask = np.zeros(n, dtype=bool)
+        mask[idx] = True
+        return "bitmap", np.packbits(mask)
+    packed = _pack(gaps, width)
+    return "delta", np.concatenate([np.array([width], dtype=np.uint8), packed])
+
+
+def unpack_indices(kind: str, data: np.ndarray, n: int, k: int) -> np.ndarray:
+    """Inverse of :func:`pack_indices`: the ``k`` sorted indices as a 1-D ``int64`` array.
+
+    Raises:
+        ValueError: on an unknown ``kind`` or data inconsistent with ``n`` and ``k``.
+    """
+    d = np.asarray(data)
+    if d.dtype != np.uint8 or d.ndim != 1:
+        raise ValueError(f"index data must be a 1-D uint8 array, got dtype={d.dtype} ndim={d.ndim}")
+    if kind == "bitmap":
+        if d.size != _bitmap_nbytes(n):
+            raise ValueError(f"bitmap has {d.size} bytes, expected {_bitmap_nbytes(n)} for n={n}")
+        idx = np.flatnonzero(np.unpackbits(d, count=n)).astype(np.int64)
+        if idx.size != k:
+            raise ValueError(f"bitmap holds {idx.size} indices, expected k={k}")
+        return idx
+    if kind == "delta":
+        if d.size < 1:
+            raise ValueError("delta index data is empty (missing width byte)")
+        width = int(d[0])
+        _check_bits(width, _MAX_INTERNAL_BITS)
+        gaps = _unpack(d[1:], width, k).astype(np.int64)
+        idx = np.cumsum(gaps, dtype=np.int64)
+        if idx.size and (int(idx[-1]) >= n):
+            raise ValueError(f"decoded indices exceed n={n}")
+        return idx
+    raise ValueError(f"unknown index kind {kind!r}; allowed: {', '.join(INDEX_KINDS)}")
