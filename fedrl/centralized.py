@@ -16,25 +16,25 @@ import time
 
 import torch
 
-from fedrl.config import Config
+from fedrl.config import AlgoConfig, Config
 from fedrl.envs.make import make_vector_env
 from fedrl.federation import Federation
 from fedrl.rl.train import LocalPlan, NodeState, train_locally
 from fedrl.rundir import end_round, finish, resolve_run_folder
 
 
-def pooled_algo(cfg: Config) -> Config:
+def pooled_algo(cfg: Config) -> AlgoConfig:
+    """The nodes' PPO settings scaled to one learner over all of their envs (see module doc)."""
     n = cfg.nodes.count
-    algo = dataclasses.replace(cfg.algo, num_envs=cfg.algo.num_envs * n, local_steps=cfg.algo.local_steps * n,
+    return dataclasses.replace(cfg.algo, num_envs=cfg.algo.num_envs * n, local_steps=cfg.algo.local_steps * n,
                                num_minibatches=cfg.algo.num_minibatches * n)
-    return dataclasses.replace(cfg, algo=algo)
 
 
 def run_centralized(cfg: Config) -> Federation:
     torch.set_num_threads(1)
     fed = Federation(cfg)
-    folder = resolve_run_folder(cfg, fed)
-    pooled = pooled_algo(cfg).algo
+    folder = resolve_run_folder(fed)
+    pooled = pooled_algo(cfg)
     envs = make_vector_env(cfg.env.id, [fed.variants[j % len(fed.variants)] for j in range(pooled.num_envs)], fed.kwargs)
     state = NodeState.empty()
     started = time.time()

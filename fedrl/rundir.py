@@ -7,7 +7,6 @@ the PNG learning curves and prints the per-variant table.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,10 @@ from fedrl.errors import ConfigError
 from fedrl.federation import Federation
 from fedrl.results import RunFolder
 
-log = logging.getLogger("fedrl")
 
-
-def resolve_run_folder(cfg: Any, fed: Federation) -> RunFolder:
-    """Create a new run folder, or reopen one and restore ``fed`` from its checkpoint."""
+def resolve_run_folder(fed: Federation) -> RunFolder:
+    """Create a new run folder for ``fed.cfg``, or reopen one and restore ``fed`` from its checkpoint."""
+    cfg = fed.cfg
     out = Path(cfg.output_dir).expanduser().resolve()
     if cfg.resume and cfg.resume != "true":
         path = Path(cfg.resume).expanduser().resolve()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import cast
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from fedrl.federation import Reply
@@ -122,6 +122,4 @@ def load_node_state(state: RecordDict, node: int) -> NodeState:
 
 
 def store_node_state(state: RecordDict, node: int, ns: NodeState) -> None:
-    from flwr.app import Array
-
     state[f"{_STATE_PREFIX}{node}"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in ns.arrays.items()})

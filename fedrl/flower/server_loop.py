@@ -144,7 +144,7 @@ def _check_reply(fed: Federation, r: Message | None, node: int) -> Reply | str:
 def run(grid: Grid, cfg: Config) -> Path:
     """Run (or resume) the whole experiment; return the run folder."""
     fed = Federation(cfg)
-    folder = resolve_run_folder(cfg, fed)
+    folder = resolve_run_folder(fed)
     started = time.time()
     nm = discover(grid, cfg)
     for rnd in range(fed.round + 1, cfg.num_server_rounds + 1):
