@@ -127,11 +127,58 @@ class EvalConfig:
     stop_at_target: bool = opt("eval.stop-at-target", False, "end the run once every variant reaches the target")
 
 
+COMPRESSOR_NAMES = ("none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign")
+
+
+def _bits(v: Any) -> str | None:
+    return None if 1 <= v <= 16 else "must be an int in [1, 16]"
+
+
+def _ring_bits(v: Any) -> str | None:
+    return None if v == 0 or 2 <= v <= 32 else "must be 0 (auto: the smallest ring that cannot wrap) or in [2, 32]"
+
+
+@dataclass(frozen=True)
+class CompressionConfig:
+    up: Literal["none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign"] = opt("compression.up", "none",
+                         "uplink compressor: none (float32 weights), fp16, bf16, quantize, qsgd, topk, randk, sign")
+    down: Literal["none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign"] = opt("compression.down", "none",
+                           "downlink: none (full weights) or a compressor for the global-model delta")
+    bits: int = opt("compression.bits", 8, "quantize: bits per coordinate", _bits)
+    fraction: float = opt("compression.fraction", 0.01, "topk/randk: fraction of coordinates kept", _unit_open_closed)
+    levels: int = opt("compression.levels", 16, "qsgd: quantization levels s", _positive)
+    chunk: int = opt("compression.chunk", 0, "quantize: one scale per chunk of this many coordinates (0: per update)",
+                     _non_negative)
+    error_feedback: Literal["auto", "on", "off"] = opt(
+        "compression.error-feedback", "auto", "keep what a compressor dropped and send it later (auto: topk, sign)")
+
+
+@dataclass(frozen=True)
+class SecAggConfig:
+    enabled: bool = opt("secagg.enabled", False, "secure aggregation (SecAgg+): the server learns only the sum")
+    threshold: float = opt("secagg.threshold", 0.5,
+                           "fraction of a node's share holders (neighbours + itself) needed to reconstruct its secrets",
+                           _unit_open_closed)
+    neighbors: int = opt("secagg.neighbors", 0, "SecAgg+ neighbours per node, even (0: all nodes, plain SecAgg)",
+                         _non_negative)
+    bits: int = opt("secagg.bits", 0, "ring Z_(2^bits) for masked sums (0: auto)", _ring_bits)
+    clip_range: float = opt("secagg.clip-range", 0.5,
+                            "each coordinate of a node's weighted update is clipped to [-r, r] and quantized with "
+                            "compression.bits over that range", _positive)
+    send_metrics: bool = opt("secagg.send-metrics", False, "also send per-node training metrics in the clear")
+
+
 @dataclass(frozen=True)
 class NodesConfig:
     count: int = opt("nodes.count", 8, "federation size: one environment variant per node", _positive)
     wait_s: float = opt("nodes.wait-s", 120.0, "how long the server waits for nodes to connect", _positive)
     reply_timeout_s: float = opt("nodes.reply-timeout-s", 600.0, "per-round reply timeout", _positive)
+    dropout_prob: float = opt("nodes.dropout-prob", 0.0,
+                              "experiments: probability that a node fails to answer, seeded by (seed, round, node)",
+                              _unit_closed)
+    dropout_stage: Literal["train", "advertise", "share", "mask", "unmask", "any"] = opt(
+        "nodes.dropout-stage", "any",
+        "where injected dropouts happen: train, or a secure-aggregation stage; any: a seeded random stage")
 
 
 @dataclass(frozen=True)
@@ -148,9 +195,11 @@ class Config:
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     nodes: NodesConfig = field(default_factory=NodesConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
+    secagg: SecAggConfig = field(default_factory=SecAggConfig)
 
 
-_SECTIONS = ("env", "algo", "strategy", "eval", "nodes")
+_SECTIONS = ("env", "algo", "strategy", "eval", "nodes", "compression", "secagg")
 
 
 def _leaf_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:

@@ -24,6 +24,9 @@ import numpy as np
 
 from fedrl.aggregation.fedavg import apply_delta, delta_of, weighted_mean
 from fedrl.checkpoint import Checkpoint
+from fedrl.compression.base import Compressed
+from fedrl.compression.downlink import Broadcaster, Downlink
+from fedrl.compression.pipeline import decompress, flatten, stage, unflatten
 from fedrl.config import Config, to_flat
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
@@ -39,13 +42,15 @@ log = logging.getLogger("fedrl")
 
 @dataclass(frozen=True)
 class Reply:
-    """One node's answer to a training plan."""
+    """One node's answer to a training plan: its trained ``weights`` (``compression.up = none``)
+    or its compressed ``update`` (trained weights minus the weights it was sent)."""
 
     node: int
     weights: list[np.ndarray]
     env_steps: int
     obs_moments: Moments | None
     metrics: dict[str, float]
+    update: Compressed | None = None
 
 
 def variants_of(cfg: Config) -> list[dict[str, float]]:
@@ -100,6 +105,11 @@ class Federation:
         self.bytes_down = 0
         self.wall_time_s = 0.0
         self.target = target_return(cfg)
+        self.up = stage(cfg.compression, "up")
+        self.down = stage(cfg.compression, "down")
+        self.casts = [Broadcaster(self.down, m, cfg.seed, s) for s, m in enumerate(self.models)]
+        self.holds: dict[int, int] = {}  # node -> round of the broadcast it holds (downlink compression)
+        self.n_params = int(sum(w.size for w in w0))
 
     # --- planning -------------------------------------------------------------------
     def select(self, rnd: int) -> list[int]:
@@ -114,20 +124,45 @@ class Federation:
     def slot(self, node: int) -> int:
         return node if self.per_node else 0
 
-    def plan(self, node: int, rnd: int) -> tuple[LocalPlan, list[np.ndarray]]:
+    def begin_round(self, rnd: int) -> None:
+        """Make this round's broadcast of every model slot (call once, before ``plan``)."""
+        for s, cast in enumerate(self.casts):
+            cast.advance(self.models[s], rnd)
+
+    def plan(self, node: int, rnd: int) -> tuple[LocalPlan, Downlink]:
         s = self.cfg.strategy
         mu = s.proximal_mu if s.name == "fedprox" else 0.0
         p = LocalPlan(node, rnd, self.cfg.num_server_rounds, self.cfg.seed, mu, self.moments[self.slot(node)])
-        return p, self.models[self.slot(node)]
+        return p, self.casts[self.slot(node)].downlink(self.holds.get(node))
+
+    def sent(self, node: int) -> list[np.ndarray]:
+        """The weights node ``node`` trained from this round (the current broadcast)."""
+        return self.casts[self.slot(node)].base
+
+    def delta(self, reply: Reply) -> list[np.ndarray]:
+        """The reply's update: decoded payload, or trained weights minus the weights sent."""
+        base = self.sent(reply.node)
+        if reply.update is not None:
+            return unflatten(decompress(reply.update, self.up, self.n_params), base)
+        return delta_of(reply.weights, base)
 
     # --- aggregation ----------------------------------------------------------------
     def validate(self, reply: Reply, expected_node: int) -> str | None:
         """Why a reply must be left out of the aggregate, or None if it is usable."""
         if reply.node != expected_node:
             return f"answered for node {reply.node}, asked for {expected_node}"
-        why = check_weights(self.models[self.slot(reply.node)], reply.weights)
-        if why is not None:
-            return why
+        if self.up.active:
+            if reply.update is None or reply.update.name != self.up.name:
+                got = "weights" if reply.update is None else reply.update.name
+                return f"sent {got}, expected a {self.up.name} update (compression.up)"
+            try:
+                flatten(self.delta(reply))
+            except ValueError as err:
+                return f"bad {self.up.name} payload: {err}"
+        else:
+            why = check_weights(self.models[self.slot(reply.node)], reply.weights)
+            if why is not None:
+                return why
         if not (0 < reply.env_steps <= 100 * self.cfg.algo.local_steps):
             return f"implausible env_steps {reply.env_steps}"
         m = reply.obs_moments
@@ -143,14 +178,22 @@ class Federation:
         if self.per_node:
             # No aggregation: a node's next model is exactly what it trained (no server step).
             for r in replies:
-                self.models[r.node] = [w.astype(np.float32) for w in r.weights]
+                self.models[r.node] = ([w.astype(np.float32) for w in r.weights] if r.update is None
+                                       else apply_delta(self.sent(r.node), self.delta(r), 1.0))
                 self._merge_moments(r.node, [r])
         elif replies:
             g = self.models[0]
-            mean = weighted_mean([delta_of(r.weights, g) for r in replies], [r.env_steps for r in replies])
+            mean = weighted_mean([self.delta(r) for r in replies], [r.env_steps for r in replies])
             self.models[0] = apply_delta(g, mean, lr)
             self._merge_moments(0, replies)
         self.env_steps += sum(r.env_steps for r in replies)
+
+    def note_delivery(self, rnd: int, good: list[int], bad: list[int]) -> None:
+        """Record which nodes now hold round ``rnd``'s broadcast (a usable reply proves it)."""
+        for n in good:
+            self.holds[n] = rnd
+        for n in bad:
+            self.holds.pop(n, None)
 
     def _merge_moments(self, slot: int, replies: list[Reply]) -> None:
         m = self.moments[slot]
@@ -203,9 +246,12 @@ class Federation:
             arrays.update({f"model{s}/{i}": a for i, a in enumerate(w)})
             if m is not None:
                 arrays[f"moments{s}"] = m.to_array()
+            if self.down.active:
+                arrays.update({f"bcast{s}/{i}": a for i, a in enumerate(self.casts[s].base)})
         meta = {"round": self.round, "env_steps": self.env_steps, "bytes_up": self.bytes_up,
                 "bytes_down": self.bytes_down, "wall_time_s": self.wall_time_s + (time.time() - started),
-                "config": to_flat(self.cfg)}
+                "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
+                "bcast_round": [c.round for c in self.casts]}
         return Checkpoint(meta, arrays)
 
     def load_checkpoint(self, ck: Checkpoint) -> None:
@@ -220,6 +266,10 @@ class Federation:
             self.models[s] = [ck.arrays[f"model{s}/{i}"].astype(np.float32) for i in range(len(self.names))]
             if self.moments[s] is not None:
                 self.moments[s] = Moments.from_array(ck.arrays[f"moments{s}"])
+            if self.down.active:
+                self.casts[s].base = [ck.arrays[f"bcast{s}/{i}"].astype(np.float32) for i in range(len(self.names))]
+                self.casts[s].round = int(ck.meta["bcast_round"][s])
+        self.holds = {int(k): int(v) for k, v in ck.meta.get("holds", {}).items()}
         self.round = int(ck.meta["round"])
         self.env_steps = int(ck.meta["env_steps"])
         self.bytes_up = int(ck.meta["bytes_up"])

@@ -9,45 +9,74 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 from flwr.app import Context, Message
 
+from fedrl.compression.downlink import receive
+from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, compress, flatten, rng_for, stage
 from fedrl.config import Config, from_run_config
+from fedrl.dropout import maybe_fail
 from fedrl.envs.make import make_vector_env
 from fedrl.envs.spec import parse_kwargs
 from fedrl.federation import Reply, policy_spec, variants_of
 from fedrl.flower import codec
-from fedrl.rl.networks import PolicySpec
-from fedrl.rl.train import train_locally
+from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights
+from fedrl.rl.train import NodeState, train_locally
+
+
+@dataclass(frozen=True)
+class Setup:
+    cfg: Config
+    variants: list[dict[str, float]]
+    spec: PolicySpec
+    template: list[np.ndarray]  # parameter shapes
+    up: Stage
+    down: Stage
 
 
 @functools.lru_cache(maxsize=4)
-def _setup(run_config_json: str) -> tuple[Config, list[dict[str, float]], PolicySpec]:
+def _setup(run_config_json: str) -> Setup:
     cfg = from_run_config(json.loads(run_config_json))
     variants = variants_of(cfg)
-    return cfg, variants, policy_spec(cfg, variants[0])
+    spec = policy_spec(cfg, variants[0])
+    return Setup(cfg, variants, spec, get_weights(ActorCritic(spec)),
+                 stage(cfg.compression, "up"), stage(cfg.compression, "down"))
 
 
-def setup(context: Context) -> tuple[Config, list[dict[str, float]], PolicySpec]:
+def setup(context: Context) -> Setup:
     return _setup(json.dumps(dict(context.run_config), sort_keys=True))
 
 
 def handle_train(msg: Message, context: Context) -> Message:
     torch.set_num_threads(1)  # one core per node; the engine runs nodes in parallel
-    cfg, variants, spec = setup(context)
-    plan, weights = codec.decode_plan(msg.content)
-    if not 0 <= plan.node < len(variants):
-        raise ValueError(f"plan for node {plan.node}, but nodes.count is {len(variants)}")
-    envs = make_vector_env(cfg.env.id, [variants[plan.node]] * cfg.algo.num_envs,
+    su = setup(context)
+    cfg = su.cfg
+    plan, dl = codec.decode_plan(msg.content)
+    if not 0 <= plan.node < len(su.variants):
+        raise ValueError(f"plan for node {plan.node}, but nodes.count is {len(su.variants)}")
+    maybe_fail(cfg, plan.round, plan.node, "train")
+    state = codec.load_node_state(context.state, plan.node)
+    weights, kept = receive(dl, su.down, state.arrays, plan.round, su.template)
+    envs = make_vector_env(cfg.env.id, [su.variants[plan.node]] * cfg.algo.num_envs,
                            dict(parse_kwargs(cfg.env.kwargs)))
     try:
-        state = codec.load_node_state(context.state, plan.node)
-        res = train_locally(spec, weights, envs, cfg.algo, plan, state)
+        res = train_locally(su.spec, weights, envs, cfg.algo, plan, state)
     finally:
         envs.close()
-    codec.store_node_state(context.state, plan.node, res.state)
-    reply = Reply(plan.node, res.weights, res.env_steps, res.obs_moments, res.metrics)
+    kept.update(res.state.arrays)
+    update = None
+    if su.up.active:
+        vec = flatten(res.weights) - flatten(weights)
+        rng = rng_for(su.up.name, plan.seed, plan.round, plan.node)
+        update, residual = compress(vec, su.up, rng, state.arrays.get(RESIDUAL_KEY))
+        if residual is not None:
+            kept[RESIDUAL_KEY] = residual
+    codec.store_node_state(context.state, plan.node, NodeState(kept))
+    reply = Reply(plan.node, [] if update is not None else res.weights, res.env_steps, res.obs_moments,
+                  res.metrics, update)
     return Message(codec.encode_reply(reply), reply_to=msg)
 
 

@@ -1,7 +1,7 @@
 """Wire format: typed fedrl values <-> Flower records. The only module with message keys.
 
 Weights travel as ``ArrayRecord``s (NumPy ``.npy`` bytes, loaded with
-``allow_pickle=False`` by Flower), scalars as ``ConfigRecord``/``MetricRecord``. Nothing is
+``allow_pickle=False`` by Flower), scalars as ``ConfigRecord``s, and a compressed payload as one uint8 blob. Nothing is
 pickled. ``wire_bytes`` measures what actually crosses the wire: the deflated bytes of every
 object in the message's object tree, the unit Flower 1.42 transfers.
 """
@@ -11,16 +11,19 @@ from __future__ import annotations
 from typing import cast
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
+from fedrl.compression.base import Compressed
+from fedrl.compression.downlink import Downlink
+from fedrl.compression.framing import Frame, frame, unframe
 from fedrl.federation import Reply
 from fedrl.rl.normalize import Moments
 from fedrl.rl.train import LocalPlan, NodeState
 
 TRAIN = "train"
 QUERY = "query"
-_PLAN, _WEIGHTS, _MOMENTS, _REPLY, _METRICS, _HELLO = "plan", "weights", "moments", "reply", "metrics", "hello"
+_PLAN, _WEIGHTS, _MOMENTS, _REPLY, _HELLO = "plan", "weights", "moments", "reply", "hello"
 _STATE_PREFIX = "fedrl.node"
 
 
@@ -60,41 +63,86 @@ def _moments_from(rec: RecordDict) -> Moments | None:
     return Moments.from_array(arrs[0]) if arrs else None
 
 
+# --- compressed payloads: one uint8 blob + its table (fedrl.compression.framing) -------------
+def _put_payload(cr: ConfigRecord, prefix: str, c: Compressed) -> Array:
+    f = frame(c)
+    cr[f"{prefix}.name"], cr[f"{prefix}.n"] = f.name, f.n
+    cr[f"{prefix}.keys"], cr[f"{prefix}.dtypes"], cr[f"{prefix}.lengths"] = f.keys, f.dtypes, f.lengths
+    return Array(f.blob)
+
+
+def _get_payload(cr: ConfigRecord, prefix: str, blob: np.ndarray) -> Compressed:
+    name = cr.get(f"{prefix}.name")
+    keys, dtypes, lengths = (cr.get(f"{prefix}.{k}", []) for k in ("keys", "dtypes", "lengths"))
+    if not isinstance(name, str) or not all(isinstance(x, list) for x in (keys, dtypes, lengths)):
+        raise WireError(f"malformed '{prefix}' payload table")
+    if not (all(isinstance(k, str) for k in cast(list, keys)) and all(isinstance(d, str) for d in cast(list, dtypes))
+            and all(isinstance(n, int) for n in cast(list, lengths))):
+        raise WireError(f"malformed '{prefix}' payload table")
+    try:
+        return unframe(Frame(name, _int(cr, f"{prefix}.n"), cast(list, keys), cast(list, dtypes),
+                             cast(list, lengths), np.asarray(blob)))
+    except ValueError as err:
+        raise WireError(f"'{prefix}' payload: {err}") from err
+
+
 # --- plan: server -> client ------------------------------------------------------------
-def encode_plan(plan: LocalPlan, weights: list[np.ndarray]) -> RecordDict:
-    return RecordDict({
-        _PLAN: ConfigRecord({"node": plan.node, "round": plan.round, "total-rounds": plan.total_rounds,
-                             "seed": plan.seed, "prox-mu": float(plan.prox_mu)}),
-        _WEIGHTS: ArrayRecord(list(weights)),
-        _MOMENTS: _moments_record(plan.obs_moments),
-    })
+def encode_plan(plan: LocalPlan, dl: Downlink) -> RecordDict:
+    cr = ConfigRecord({"node": plan.node, "round": plan.round, "total-rounds": plan.total_rounds,
+                       "seed": plan.seed, "prox-mu": float(plan.prox_mu), "base-round": dl.base_round})
+    rec = RecordDict({_PLAN: cr})
+    if dl.delta is not None:
+        rec[_WEIGHTS] = ArrayRecord({"blob": _put_payload(cr, "delta", dl.delta)})
+    else:
+        rec[_WEIGHTS] = ArrayRecord(list(dl.weights or []))
+    if plan.obs_moments is not None:
+        rec[_MOMENTS] = _moments_record(plan.obs_moments)
+    return rec
 
 
-def decode_plan(rec: RecordDict) -> tuple[LocalPlan, list[np.ndarray]]:
+def decode_plan(rec: RecordDict) -> tuple[LocalPlan, Downlink]:
     cr = _config(rec, _PLAN)
     mu = cr.get("prox-mu")
     if not isinstance(mu, float):
         raise WireError("field 'prox-mu' must be a float")
-    plan = LocalPlan(_int(cr, "node"), _int(cr, "round"), _int(cr, "total-rounds"), _int(cr, "seed"),
-                     mu, _moments_from(rec))
-    return plan, _arrays(rec, _WEIGHTS)
+    moments = _moments_from(rec) if _MOMENTS in rec.array_records else None
+    plan = LocalPlan(_int(cr, "node"), _int(cr, "round"), _int(cr, "total-rounds"), _int(cr, "seed"), mu, moments)
+    if "delta.name" in cr:
+        blob = _arrays(rec, _WEIGHTS)
+        if len(blob) != 1:
+            raise WireError("a delta plan carries exactly one blob")
+        return plan, Downlink(None, _get_payload(cr, "delta", blob[0]), _int(cr, "base-round"))
+    return plan, Downlink(_arrays(rec, _WEIGHTS))
 
 
 # --- reply: client -> server -----------------------------------------------------------
 def encode_reply(reply: Reply) -> RecordDict:
-    return RecordDict({
-        _REPLY: ConfigRecord({"node": reply.node, "env-steps": reply.env_steps}),
-        _WEIGHTS: ArrayRecord(list(reply.weights)),
-        _MOMENTS: _moments_record(reply.obs_moments),
-        _METRICS: MetricRecord({k: float(v) for k, v in reply.metrics.items() if np.isfinite(v)}),
-    })
+    cr = ConfigRecord({"node": reply.node, "env-steps": reply.env_steps})
+    for k, v in reply.metrics.items():
+        if np.isfinite(v):
+            cr[f"metric.{k}"] = float(v)
+    rec = RecordDict({_REPLY: cr})
+    if reply.update is not None:
+        rec[_WEIGHTS] = ArrayRecord({"blob": _put_payload(cr, "update", reply.update)})
+    else:
+        rec[_WEIGHTS] = ArrayRecord(list(reply.weights))
+    if reply.obs_moments is not None:
+        rec[_MOMENTS] = _moments_record(reply.obs_moments)
+    return rec
 
 
 def decode_reply(rec: RecordDict) -> Reply:
     cr = _config(rec, _REPLY)
-    metrics = rec.metric_records.get(_METRICS)
-    m = {k: float(cast(float, v)) for k, v in (metrics or {}).items() if isinstance(v, (int, float))}
-    return Reply(_int(cr, "node"), _arrays(rec, _WEIGHTS), _int(cr, "env-steps"), _moments_from(rec), m)
+    m = {k[len("metric."):]: float(cast(float, v)) for k, v in cr.items()
+         if k.startswith("metric.") and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    moments = _moments_from(rec) if _MOMENTS in rec.array_records else None
+    arrays = _arrays(rec, _WEIGHTS)
+    if "update.name" in cr:
+        if len(arrays) != 1:
+            raise WireError("a compressed reply carries exactly one blob")
+        update = _get_payload(cr, "update", arrays[0])
+        return Reply(_int(cr, "node"), [], _int(cr, "env-steps"), moments, m, update)
+    return Reply(_int(cr, "node"), arrays, _int(cr, "env-steps"), moments, m)
 
 
 # --- hello: which partition does a SuperNode serve? ---------------------------------------

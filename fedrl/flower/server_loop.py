@@ -87,11 +87,12 @@ def train_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> tuple[lis
     cfg = fed.cfg
     good: list[Reply] = []
     bad: dict[int, str] = {}
+    fed.begin_round(rnd)
     for wave in _waves(fed.select(rnd), nm):
         msgs = []
         for node in wave:
-            plan, weights = fed.plan(node, rnd)
-            msg = Message(codec.encode_plan(plan, weights), dst_node_id=nm.supernode(node),
+            plan, dl = fed.plan(node, rnd)
+            msg = Message(codec.encode_plan(plan, dl), dst_node_id=nm.supernode(node),
                           message_type=codec.TRAIN, group_id=str(rnd))
             fed.bytes_down += codec.wire_bytes(msg)
             msgs.append(msg)
@@ -108,6 +109,7 @@ def train_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> tuple[lis
                 log.warning("round %d: node %d left out: %s", rnd, node, checked)
             else:
                 good.append(checked)
+    fed.note_delivery(rnd, [r.node for r in good], list(bad))
     return good, bad
 
 

@@ -1,0 +1,110 @@
+"""The compression stage of the update pipeline: flat updates in, ``Compressed`` payloads out.
+
+A node's update is the difference between the weights it trained and the weights it started
+from, flattened into one float32 vector (tensor order of ``get_weights``). Uplink: the node
+compresses it, with error feedback for biased compressors (the residual is node state).
+Downlink: the server compresses the change of the global model since what nodes already hold
+(see ``fedrl.compression.downlink``). Randomness is derived from integers only, so a resumed run
+and a node in another engine draw the same numbers; ``randk`` draws from a stream shared by the
+whole round (same coordinates on every node: summable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedrl.compression.base import Compressed, Compressor
+from fedrl.compression.compressors import make_compressor
+from fedrl.compression.error_feedback import ErrorFeedback
+from fedrl.config import CompressionConfig
+from fedrl.seeding import COMPRESS, derive
+
+BIASED = ("topk", "sign")
+RESIDUAL_KEY = "ef.residual"
+
+
+def flatten(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """All arrays, raveled and concatenated, as float32."""
+    if not arrays:
+        return np.zeros(0, np.float32)
+    return np.concatenate([np.asarray(a, np.float32).ravel() for a in arrays])
+
+
+def unflatten(vec: np.ndarray, like: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Split ``vec`` into float32 arrays shaped like ``like``.
+
+    Raises:
+        ValueError: if the lengths differ.
+    """
+    total = sum(int(a.size) for a in like)
+    if vec.shape != (total,):
+        raise ValueError(f"update has shape {vec.shape}, the model has {total} parameters")
+    out, at = [], 0
+    for a in like:
+        out.append(np.asarray(vec[at:at + a.size], np.float32).reshape(a.shape))
+        at += a.size
+    return out
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One direction's compressor and whether it keeps an error-feedback residual."""
+
+    compressor: Compressor
+    error_feedback: bool
+
+    @property
+    def name(self) -> str:
+        return self.compressor.name
+
+    @property
+    def active(self) -> bool:
+        return self.compressor.name != "none"
+
+
+def stage(cc: CompressionConfig, direction: str) -> Stage:
+    """The ``compression.up`` (``direction="up"``) or ``compression.down`` stage of a config."""
+    name = cc.up if direction == "up" else cc.down
+    comp = make_compressor(name, bits=cc.bits, fraction=cc.fraction, levels=cc.levels, chunk=cc.chunk)
+    ef = cc.error_feedback == "on" or (cc.error_feedback == "auto" and name in BIASED)
+    return Stage(comp, ef and name != "none")
+
+
+def rng_for(name: str, seed: int, rnd: int, who: int) -> np.random.Generator:
+    """The compression stream of node (or model slot) ``who`` in round ``rnd``; round-shared for ``randk``."""
+    if name == "randk":
+        return np.random.default_rng(derive(seed, COMPRESS, rnd))
+    return np.random.default_rng(derive(seed, COMPRESS, rnd, who + 1))
+
+
+def compress(vec: np.ndarray, st: Stage, rng: np.random.Generator,
+             residual: np.ndarray | None) -> tuple[Compressed, np.ndarray | None]:
+    """Compress ``vec``; with error feedback, also return the next residual (else ``None``).
+
+    A residual of another length (the model changed) is dropped, not added.
+    """
+    if not st.error_feedback:
+        return st.compressor.encode(vec, rng), None
+    ef = ErrorFeedback()
+    if residual is not None and residual.shape == vec.shape:
+        ef.load_state_dict({"residual": residual})
+    c = ef.compress(vec, st.compressor, rng)
+    assert ef.residual is not None
+    return c, ef.residual
+
+
+def decompress(c: Compressed, st: Stage, n: int) -> np.ndarray:
+    """Decode a payload made by ``st``'s compressor.
+
+    Raises:
+        ValueError: wrong compressor, malformed arrays, wrong length or non-finite values.
+    """
+    if c.n != n:
+        raise ValueError(f"payload decodes to {c.n} values, the model has {n}")
+    out = st.compressor.decode(c)
+    if out.shape != (n,) or not bool(np.all(np.isfinite(out))):
+        raise ValueError("payload decodes to the wrong shape or to non-finite values")
+    return out
