@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fedrl.compression.ring_codes import required_ring_bits
 from fedrl.config import Config, from_run_config
+from fedrl.dropout import SECAGG_STAGES
 from fedrl.envs.families import check_env_id, check_params, check_values
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
@@ -49,7 +51,72 @@ def validate(cfg: Config) -> None:
                                       "one policy cannot serve them")
 
 
+# Why each uplink compressor cannot feed secure aggregation (the server only sees sums).
+_NOT_MASKABLE = {
+    "none": "float32 weights cannot be masked in a ring; secure aggregation needs integer codes",
+    "fp16": "floats cannot be masked in a ring; secure aggregation needs integer codes",
+    "bf16": "floats cannot be masked in a ring; secure aggregation needs integer codes",
+    "qsgd": "each node scales by its own norm, so the sum of codes decodes to nothing (not summable)",
+    "topk": "each node keeps different coordinates, so the sum of payloads is not summable",
+    "sign": "each node scales by its own mean magnitude, so the sum of signs is not summable",
+    "randk": "random-k with secure aggregation is not implemented yet (only quantize is)",
+}
+# Aggregation rules that need each update in the clear (robust rules arrive with issue 5).
+_NEEDS_CLEAR_UPDATES = {"local": "keeps one model per node, so it needs each node's update, not their sum"}
+
+
+def pipeline_error(cfg: Config) -> ConfigError | None:
+    """The first impossible combination of compression, secure aggregation and strategy, if any."""
+    c, sa = cfg.compression, cfg.secagg
+    if c.up in ("topk", "randk") and not 0 < c.fraction <= 1:
+        return ConfigError("compression.fraction", "must be in (0, 1]")
+    if not sa.enabled:
+        if cfg.nodes.dropout_stage in SECAGG_STAGES:
+            return ConfigError("nodes.dropout-stage", f"'{cfg.nodes.dropout_stage}' is a secure-aggregation stage, "
+                                                      "but secagg.enabled = false; use train or any")
+        return None
+    if c.up in _NOT_MASKABLE:
+        return ConfigError("compression.up", f"secagg.enabled = true with compression.up = {c.up}: "
+                                             f"{_NOT_MASKABLE[c.up]}; use compression.up = quantize")
+    if cfg.strategy.name in _NEEDS_CLEAR_UPDATES:
+        return ConfigError("strategy.name", f"secagg.enabled = true with strategy.name = {cfg.strategy.name}: "
+                                            f"{_NEEDS_CLEAR_UPDATES[cfg.strategy.name]}")
+    if c.error_feedback == "on":
+        return ConfigError("compression.error-feedback", "secagg.enabled = true with compression.error-feedback = on: "
+                                                         "quantize is unbiased; error feedback is not supported there")
+    if cfg.algo.norm_obs == "on" or (cfg.algo.norm_obs == "auto" and _continuous(cfg)):
+        return ConfigError("algo.norm-obs", "secagg.enabled = true with observation normalization on (algo.norm-obs; "
+                                            "auto is on for continuous actions): each node's observation statistics "
+                                            "would travel in the clear; set algo.norm-obs = off")
+    n = cfg.nodes.count
+    if sa.neighbors and (sa.neighbors % 2 or sa.neighbors >= n):
+        return ConfigError("secagg.neighbors", f"got {sa.neighbors}; must be even and below nodes.count = {n} "
+                                               "(0: every node, plain SecAgg)")
+    need = required_ring_bits(c.bits, n)
+    if sa.bits and sa.bits < need:
+        return ConfigError("secagg.bits", f"secagg.bits = {sa.bits} with compression.bits = {c.bits} and "
+                                          f"nodes.count = {n}: a sum of {n} codes of {c.bits} bits needs {need} bits "
+                                          "and would wrap around; raise secagg.bits or set it to 0 (auto)")
+    if need > 32:
+        return ConfigError("compression.bits", f"compression.bits = {c.bits} with nodes.count = {n} needs a "
+                                               f"{need}-bit ring; at most 32: lower compression.bits")
+    return None
+
+
+def _continuous(cfg: Config) -> bool:
+    import gymnasium as gym
+
+    env = make_env(cfg.env.id, {}, dict(parse_kwargs(cfg.env.kwargs)))
+    try:
+        return isinstance(env.action_space, gym.spaces.Box)
+    finally:
+        env.close()
+
+
 def check(run_config: Mapping[str, Any]) -> Config:
     cfg = from_run_config(run_config)
     validate(cfg)
+    err = pipeline_error(cfg)
+    if err is not None:
+        raise err
     return cfg

@@ -32,7 +32,12 @@ class WireError(ValueError):
 
 
 def wire_bytes(msg: Message) -> int:
-    return sum(len(obj.deflate()) for obj in get_all_nested_objects(msg.content).values())
+    return content_bytes(msg.content)
+
+
+def content_bytes(rec: RecordDict) -> int:
+    """Serialized size of every object in a message content's tree (what Flower transfers)."""
+    return sum(len(obj.deflate()) for obj in get_all_nested_objects(rec).values())
 
 
 def _arrays(rec: RecordDict, key: str) -> list[np.ndarray]:

@@ -1,0 +1,108 @@
+"""One aggregation with compressed uplink and downlink, through the real wire codec."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrl.compression.downlink import receive
+from fedrl.compression.pipeline import compress, flatten, rng_for
+from fedrl.config import from_run_config
+from fedrl.errors import ConfigError
+from fedrl.federation import Federation, Reply
+from fedrl.flower import codec
+from fedrl.validate import check
+
+SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1}
+
+
+def _fed(**over: object) -> Federation:
+    return Federation(from_run_config({**SMALL, **over}))
+
+
+def _reply(fed: Federation, node: int, shift: float, rnd: int) -> Reply:
+    """What a node sends: its (shifted) weights compressed as fed.up does, through the codec."""
+    base = fed.sent(node)
+    vec = flatten([w + np.float32(shift) for w in base]) - flatten(base)
+    if fed.up.active:
+        c, _ = compress(vec, fed.up, rng_for(fed.up.name, 0, rnd, node), None)
+        r = Reply(node, [], 256, None, {"train_return": 1.0}, c)
+    else:
+        r = Reply(node, [w + np.float32(shift) for w in base], 256, None, {"train_return": 1.0})
+    return codec.decode_reply(codec.encode_reply(r))
+
+
+@pytest.mark.parametrize("up", ["fp16", "bf16", "quantize", "qsgd", "randk", "topk", "sign"])
+def test_compressed_updates_aggregate_through_the_codec(up: str) -> None:
+    fed = _fed(**{"compression.up": up, "compression.fraction": 1.0, "strategy.server-lr": 1.0})
+    fed.begin_round(1)
+    g = [w.copy() for w in fed.models[0]]
+    replies = [_reply(fed, 0, 0.01, 1), _reply(fed, 1, 0.03, 1)]
+    assert all(fed.validate(r, r.node) is None for r in replies)
+    fed.aggregate(replies)
+    moved = flatten(fed.models[0]) - flatten(g)
+    tol = {"sign": 1e-6, "qsgd": 0.02}.get(up, 2e-3)
+    assert abs(float(moved.mean()) - 0.02) < tol
+
+
+def test_a_reply_that_does_not_match_compression_up_is_left_out() -> None:
+    fed = _fed(**{"compression.up": "quantize"})
+    fed.begin_round(1)
+    plain = Reply(0, fed.sent(0), 256, None, {})
+    assert "expected a quantize update" in str(fed.validate(plain, 0))
+    bad = _reply(fed, 0, 0.01, 1)
+    bad = Reply(0, [], 256, None, {}, type(bad.update)("quantize", bad.update.arrays, 12))  # type: ignore[union-attr]
+    assert "bad quantize payload" in str(fed.validate(bad, 0))
+
+
+def test_eight_bit_uplink_is_at_least_3_9x_smaller_on_the_wire() -> None:
+    sizes = {}
+    for up in ("none", "quantize"):
+        fed = _fed(**{"compression.up": up})
+        fed.begin_round(1)
+        sizes[up] = codec.content_bytes(codec.encode_reply(_reply(fed, 0, 0.01, 1)))
+    assert sizes["none"] / sizes["quantize"] >= 3.9, sizes
+
+
+def test_downlink_delta_plan_round_trips_and_is_applied_by_the_node() -> None:
+    fed = _fed(**{"compression.down": "quantize"})
+    fed.begin_round(1)
+    plan, dl = fed.plan(0, 1)
+    assert dl.weights is not None  # first contact: full weights
+    _, dl = codec.decode_plan(codec.encode_plan(plan, dl))
+    w, state = receive(dl, fed.down, {}, 1, fed.models[0])
+    fed.note_delivery(1, [0], [1])
+    fed.models[0] = [m + np.float32(0.01) for m in fed.models[0]]
+    fed.begin_round(2)
+    plan, dl = fed.plan(0, 2)
+    assert dl.delta is not None and dl.base_round == 1
+    wire = codec.encode_plan(plan, dl)
+    full = codec.encode_plan(plan, fed.plan(1, 2)[1])  # node 1 failed: it gets full weights
+    assert codec.content_bytes(full) > 3.5 * codec.content_bytes(wire)
+    _, dl = codec.decode_plan(wire)
+    w, _ = receive(dl, fed.down, state, 2, fed.models[0])
+    np.testing.assert_array_equal(flatten(w), flatten(fed.sent(0)))
+
+
+@pytest.mark.parametrize(("over", "key", "words"), [
+    ({"secagg.enabled": True}, "compression.up", "compression.up = none"),
+    ({"secagg.enabled": True, "compression.up": "topk"}, "compression.up", "not summable"),
+    ({"secagg.enabled": True, "compression.up": "sign"}, "compression.up", "not summable"),
+    ({"secagg.enabled": True, "compression.up": "quantize", "strategy.name": "local"}, "strategy.name", "sum"),
+    ({"secagg.enabled": True, "compression.up": "quantize", "secagg.bits": 9}, "secagg.bits", "wrap"),
+    ({"secagg.enabled": True, "compression.up": "quantize", "compression.bits": 16, "nodes.count": 100000},
+     "compression.bits", "32"),
+    ({"secagg.enabled": True, "compression.up": "quantize", "secagg.neighbors": 3}, "secagg.neighbors", "even"),
+    ({"secagg.enabled": True, "compression.up": "quantize", "env.id": "Pendulum-v1", "env.vary": "m=1.0"},
+     "algo.norm-obs", "in the clear"),
+    ({"nodes.dropout-stage": "share"}, "nodes.dropout-stage", "secagg.enabled = false"),
+])
+def test_impossible_combinations_fail_before_round_one(over: dict, key: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        check({**SMALL, **over})
+    assert err.value.key == key and words in str(err.value)
+
+
+def test_a_possible_secure_combination_passes() -> None:
+    cfg = check({**SMALL, "secagg.enabled": True, "compression.up": "quantize", "secagg.bits": 10})
+    assert cfg.secagg.bits == 10
