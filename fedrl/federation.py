@@ -188,6 +188,15 @@ class Federation:
             self._merge_moments(0, replies)
         self.env_steps += sum(r.env_steps for r in replies)
 
+    def aggregate_mean(self, mean: np.ndarray, ratio_sum: float, nodes: list[int]) -> None:
+        """Apply a weighted mean update that arrived as a sum (secure aggregation).
+
+        ``ratio_sum`` is the securely summed weight in units of ``algo.local-steps``.
+        """
+        g = self.models[0]
+        self.models[0] = apply_delta(g, unflatten(mean, g), self.cfg.strategy.server_lr)
+        self.env_steps += round(ratio_sum * self.cfg.algo.local_steps)
+
     def note_delivery(self, rnd: int, good: list[int], bad: list[int]) -> None:
         """Record which nodes now hold round ``rnd``'s broadcast (a usable reply proves it)."""
         for n in good:

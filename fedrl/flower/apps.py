@@ -8,7 +8,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedrl.flower.client import handle_query, handle_train
+from fedrl.flower.client import handle_query, handle_secure, handle_train
 from fedrl.flower.server_loop import run
 from fedrl.logs import setup_logging
 from fedrl.validate import check
@@ -39,5 +39,11 @@ def make_client_app(train: Handler = handle_train) -> ClientApp:
     @app.query()
     def _query(msg: Message, context: Context) -> Message:
         return handle_query(msg, context)
+
+    # Secure aggregation's later stages (fedrl.flower.secure_codec: "train.secagg_<stage>").
+    share, mask, unmask = handle_secure("share"), handle_secure("mask"), handle_secure("unmask")
+    app.train("secagg_share")(share)
+    app.train("secagg_mask")(mask)
+    app.train("secagg_unmask")(unmask)
 
     return app

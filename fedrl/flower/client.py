@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,7 @@ from fedrl.dropout import maybe_fail
 from fedrl.envs.make import make_vector_env
 from fedrl.envs.spec import parse_kwargs
 from fedrl.federation import Reply, policy_spec, variants_of
-from fedrl.flower import codec
+from fedrl.flower import codec, secure_client, secure_codec
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights
 from fedrl.rl.train import NodeState, train_locally
 
@@ -67,6 +68,12 @@ def handle_train(msg: Message, context: Context) -> Message:
     finally:
         envs.close()
     kept.update(res.state.arrays)
+    setup_sa = secure_codec.get_setup(codec.plan_record(msg.content))
+    if setup_sa is not None:  # secure aggregation: reply with public keys; the update stays here, masked later
+        codec.store_node_state(context.state, plan.node, NodeState(kept))
+        delta = flatten(res.weights) - flatten(weights)
+        content = secure_client.start(cfg, context, plan.node, plan.round, setup_sa, delta, res.env_steps, res.metrics)
+        return Message(content, reply_to=msg)
     update = None
     if su.up.active:
         vec = flatten(res.weights) - flatten(weights)
@@ -85,3 +92,14 @@ def handle_query(msg: Message, context: Context) -> Message:
     num = context.node_config.get("num-partitions", 0)
     return Message(codec.encode_hello_reply(int(pid), int(num)), reply_to=msg)  # type: ignore[arg-type]
 
+
+
+def handle_secure(stage: str) -> Callable[[Message, Context], Message]:
+    """The handler of a secure-aggregation stage message (``share``, ``mask`` or ``unmask``)."""
+    fn = {"share": secure_client.handle_share, "mask": secure_client.handle_mask,
+          "unmask": secure_client.handle_unmask}[stage]
+
+    def handle(msg: Message, context: Context) -> Message:
+        return fn(msg, context, setup(context).cfg)
+
+    return handle

@@ -176,3 +176,8 @@ def load_node_state(state: RecordDict, node: int) -> NodeState:
 
 def store_node_state(state: RecordDict, node: int, ns: NodeState) -> None:
     state[f"{_STATE_PREFIX}{node}"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in ns.arrays.items()})
+
+
+def plan_record(rec: RecordDict) -> ConfigRecord:
+    """The plan's ConfigRecord (where stage setups such as secure aggregation's are added)."""
+    return _config(rec, _PLAN)

@@ -1,0 +1,183 @@
+"""Wire format of the secure-aggregation stages (the message keys live here and in ``codec``).
+
+Stage messages are one ``ConfigRecord`` each (ints, bytes and lists of them), plus the packed
+masked vector as one uint8 array. Every message names its node, round and session; the
+receiving side checks them (``SecAggServer`` on the server, ``check_session`` on the node), so
+a message replayed from another round is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+from fedrl.compression.ring_codes import pack_ring, unpack_ring
+from fedrl.flower.codec import WireError, _int
+from fedrl.secagg import Keys, Masked
+
+SHARE, MASK, UNMASK = "train.secagg_share", "train.secagg_mask", "train.secagg_unmask"
+_SA, _Y = "secagg", "masked"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a plan carries so the node can build the round's ``Params`` (``secagg.make_params``)."""
+
+    session: bytes
+    nodes: list[int]
+    neighbors: int
+    threshold: float
+    bits: int
+    length: int
+    graph_seed: int
+
+
+def put_setup(cr: ConfigRecord, s: Setup) -> None:
+    cr.update({"sa.session": s.session, "sa.nodes": s.nodes, "sa.neighbors": s.neighbors,
+               "sa.threshold": float(s.threshold), "sa.bits": s.bits, "sa.length": s.length,
+               "sa.graph-seed": s.graph_seed})
+
+
+def get_setup(cr: ConfigRecord) -> Setup | None:
+    if "sa.session" not in cr:
+        return None
+    thr = cr.get("sa.threshold")
+    if not isinstance(thr, float):
+        raise WireError("field 'sa.threshold' must be a float")
+    return Setup(_bytes(cr, "sa.session"), _ints(cr, "sa.nodes"), _int(cr, "sa.neighbors"), thr,
+                 _int(cr, "sa.bits"), _int(cr, "sa.length"), _int(cr, "sa.graph-seed"))
+
+
+def _bytes(cr: ConfigRecord, key: str) -> bytes:
+    v = cr.get(key)
+    if not isinstance(v, bytes):
+        raise WireError(f"field '{key}' must be bytes")
+    return v
+
+
+def _ints(cr: ConfigRecord, key: str) -> list[int]:
+    v = cr.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+        raise WireError(f"field '{key}' must be a list of ints")
+    return cast(list[int], v)
+
+
+def _blobs(cr: ConfigRecord, key: str) -> list[bytes]:
+    v = cr.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(i, bytes) for i in v):
+        raise WireError(f"field '{key}' must be a list of bytes")
+    return cast(list[bytes], v)
+
+
+def _head(node: int, rnd: int, session: bytes) -> ConfigRecord:
+    return ConfigRecord({"node": node, "round": rnd, "session": session})
+
+
+def head(rec: RecordDict) -> tuple[int, int, bytes]:
+    """(node, round, session) of any stage message."""
+    if _SA not in rec.config_records:
+        raise WireError(f"missing config record '{_SA}'")
+    cr = rec.config_records[_SA]
+    return _int(cr, "node"), _int(cr, "round"), _bytes(cr, "session")
+
+
+def _pairs(ids: list[int], blobs: list[bytes], what: str) -> dict[int, bytes]:
+    if len(ids) != len(blobs) or len(set(ids)) != len(ids):
+        raise WireError(f"malformed {what}: {len(ids)} ids, {len(blobs)} values")
+    return dict(zip(ids, blobs, strict=True))
+
+
+# --- stage 1 reply (to the training plan): public keys, optional clear metrics ---------------
+def encode_keys(k: Keys, metrics: dict[str, float] | None) -> RecordDict:
+    cr = _head(k.node, k.round, k.session)
+    cr.update({"c-pk": k.c_pk, "s-pk": k.s_pk})
+    for name, v in (metrics or {}).items():
+        if np.isfinite(v):
+            cr[f"metric.{name}"] = float(v)
+    return RecordDict({_SA: cr})
+
+
+def decode_keys(rec: RecordDict) -> tuple[Keys, dict[str, float]]:
+    node, rnd, session = head(rec)
+    cr = rec.config_records[_SA]
+    m = {k[len("metric."):]: float(cast(float, v)) for k, v in cr.items()
+         if k.startswith("metric.") and isinstance(v, float)}
+    return Keys(node, rnd, session, _bytes(cr, "c-pk"), _bytes(cr, "s-pk")), m
+
+
+# --- stage 2: neighbours' keys out, encrypted shares back ----------------------------------
+def encode_share_request(node: int, rnd: int, session: bytes, keys: dict[int, tuple[bytes, bytes]]) -> RecordDict:
+    cr = _head(node, rnd, session)
+    ids = sorted(keys)
+    cr.update({"ids": ids, "c-pks": [keys[i][0] for i in ids], "s-pks": [keys[i][1] for i in ids]})
+    return RecordDict({_SA: cr})
+
+
+def decode_share_request(rec: RecordDict) -> dict[int, tuple[bytes, bytes]]:
+    head(rec)
+    cr = rec.config_records[_SA]
+    ids, c, s = _ints(cr, "ids"), _blobs(cr, "c-pks"), _blobs(cr, "s-pks")
+    if not len(ids) == len(c) == len(s) or len(set(ids)) != len(ids):
+        raise WireError("malformed neighbour keys")
+    return {i: (a, b) for i, a, b in zip(ids, c, s, strict=True)}
+
+
+def encode_ciphertexts(node: int, rnd: int, session: bytes, cts: dict[int, bytes]) -> RecordDict:
+    """Both directions of stage 2/3: ``{peer: ciphertext}`` (to receivers, or from senders)."""
+    cr = _head(node, rnd, session)
+    ids = sorted(cts)
+    cr.update({"peers": ids, "cts": [cts[i] for i in ids]})
+    return RecordDict({_SA: cr})
+
+
+def decode_ciphertexts(rec: RecordDict) -> dict[int, bytes]:
+    head(rec)
+    cr = rec.config_records[_SA]
+    return _pairs(_ints(cr, "peers"), _blobs(cr, "cts"), "ciphertexts")
+
+
+# --- stage 3 reply: the masked vector, packed at the ring's bit width -----------------------
+def encode_masked(m: Masked, bits: int) -> RecordDict:
+    cr = _head(m.node, m.round, m.session)
+    cr["rejected"] = list(m.rejected)
+    return RecordDict({_SA: cr, _Y: ArrayRecord({"y": Array(pack_ring(m.y, bits))})})
+
+
+def decode_masked(rec: RecordDict, bits: int, length: int) -> Masked:
+    node, rnd, session = head(rec)
+    if _Y not in rec.array_records or "y" not in rec.array_records[_Y]:
+        raise WireError("missing the masked vector")
+    try:
+        y = unpack_ring(rec.array_records[_Y]["y"].numpy(), bits, length)
+    except ValueError as err:
+        raise WireError(str(err)) from err
+    return Masked(node, rnd, session, y, tuple(_ints(rec.config_records[_SA], "rejected")))
+
+
+# --- stage 4: who survived out, shares back --------------------------------------------------
+def encode_unmask_request(node: int, rnd: int, session: bytes, survivors: list[int], dropped: list[int]) -> RecordDict:
+    cr = _head(node, rnd, session)
+    cr.update({"survivors": list(survivors), "dropped": list(dropped)})
+    return RecordDict({_SA: cr})
+
+
+def decode_unmask_request(rec: RecordDict) -> tuple[list[int], list[int]]:
+    head(rec)
+    cr = rec.config_records[_SA]
+    return _ints(cr, "survivors"), _ints(cr, "dropped")
+
+
+def encode_shares(node: int, rnd: int, session: bytes, shares: dict[int, bytes]) -> RecordDict:
+    cr = _head(node, rnd, session)
+    ids = sorted(shares)
+    cr.update({"owners": ids, "shares": [shares[i] for i in ids]})
+    return RecordDict({_SA: cr})
+
+
+def decode_shares(rec: RecordDict) -> dict[int, bytes]:
+    head(rec)
+    cr = rec.config_records[_SA]
+    return _pairs(_ints(cr, "owners"), _blobs(cr, "shares"), "shares")

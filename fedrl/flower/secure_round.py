@@ -1,0 +1,105 @@
+"""One round of training with secure aggregation, on the Message API (SecAgg / SecAgg+).
+
+Four message exchanges per round, each to the nodes still in the protocol:
+
+1. ``train`` — the plan plus the round's secure-aggregation setup; the node trains, encodes its
+   weighted update as ring codes, opens its session and answers with two public keys;
+2. ``train.secagg_share`` — each node gets its neighbours' keys and answers with encrypted shares;
+3. ``train.secagg_mask`` — each node gets the shares addressed to it and answers with its masked
+   input (packed at the ring's bit width);
+4. ``train.secagg_unmask`` — each survivor learns who survived and answers with the shares that
+   let the server remove the masks.
+
+The server only ever holds the ring sum, which ``RingCoding.decode_sum`` turns into the weighted
+mean update and the total weight. A node that fails or misbehaves at any stage is dropped and the
+protocol recovers (``fedrl.secagg``); when it cannot (too few survivors or shares), the round
+aborts: nothing is unmasked, the model stays as it was, and training goes on next round.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from flwr.app import RecordDict
+from flwr.serverapp import Grid
+
+from fedrl.compression.ring_codes import required_ring_bits
+from fedrl.federation import Federation
+from fedrl.flower import codec
+from fedrl.flower import secure_codec as sc
+from fedrl.flower.secure_client import coding
+from fedrl.flower.transport import NodeMap, exchange, failure
+from fedrl.secagg import Keys, Masked, SecAggAbort, SecAggServer, make_params
+from fedrl.seeding import SECAGG, derive
+
+log = logging.getLogger("fedrl")
+
+
+def _replies(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, RecordDict], mtype: str, rnd: int,
+             decode: Any, bad: dict[int, str], stage: str) -> dict[int, Any]:
+    """Exchange one stage; decoded replies of the nodes that answered well, the rest into ``bad``."""
+    out: dict[int, Any] = {}
+    for node, r in exchange(grid, fed, nm, contents, mtype, rnd).items():
+        why = failure(r)
+        if why is None and r is not None:
+            try:
+                out[node] = decode(r.content)
+                continue
+            except (codec.WireError, ValueError) as err:
+                why = f"malformed reply: {err}"
+        bad[node] = f"{stage}: {why}"
+        log.warning("round %d: node %d dropped at secagg stage %s: %s", rnd, node, stage, why)
+    return out
+
+
+def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str, Any]:
+    """Run round ``rnd`` with secure aggregation; return its fields for metrics.jsonl."""
+    cfg = fed.cfg
+    nodes = fed.select(rnd)
+    fed.begin_round(rnd)
+    bits = cfg.secagg.bits or required_ring_bits(cfg.compression.bits, len(nodes))
+    setup = sc.Setup(os.urandom(16), nodes, cfg.secagg.neighbors, cfg.secagg.threshold, bits, fed.n_params + 1,
+                     derive(cfg.seed, SECAGG, rnd))
+    params = make_params(rnd, setup.session, nodes, setup.neighbors, setup.threshold, bits, setup.length,
+                         setup.graph_seed)
+    server = SecAggServer(params)
+    bad: dict[int, str] = {}
+    sid = setup.session
+
+    plans = {}
+    for node in nodes:
+        rec = codec.encode_plan(*fed.plan(node, rnd))
+        sc.put_setup(codec.plan_record(rec), setup)
+        plans[node] = rec
+    keyed: dict[int, tuple[Keys, dict[str, float]]] = _replies(
+        grid, fed, nm, plans, codec.TRAIN, rnd, sc.decode_keys, bad, "advertise")
+    fields: dict[str, Any] = {"secagg_threshold": params.threshold, "secagg_bits": bits}
+    if cfg.secagg.send_metrics:
+        fields["train_returns"] = {str(n): m.get("train_return") for n, (_, m) in keyed.items()}
+    try:
+        routed_keys = server.collect_keys({n: k for n, (k, _) in keyed.items()})
+        cts = _replies(grid, fed, nm, {n: sc.encode_share_request(n, rnd, sid, ks) for n, ks in routed_keys.items()},
+                       sc.SHARE, rnd, sc.decode_ciphertexts, bad, "share")
+        routed = server.collect_shares(cts)
+        masked: dict[int, Masked] = _replies(
+            grid, fed, nm, {n: sc.encode_ciphertexts(n, rnd, sid, c) for n, c in routed.items()}, sc.MASK, rnd,
+            lambda rec: sc.decode_masked(rec, bits, setup.length), bad, "mask")
+        survivors, dropped = server.collect_masked(masked)
+        shares = _replies(grid, fed, nm, {n: sc.encode_unmask_request(n, rnd, sid, survivors, dropped)
+                                          for n in survivors}, sc.UNMASK, rnd, sc.decode_shares, bad, "unmask")
+        total = server.unmask(shares)
+        mean, ratio_sum = coding(cfg).decode_sum(total, len(survivors))
+    except (SecAggAbort, ValueError) as err:
+        log.warning("round %d: secure aggregation aborted (%s); nothing was unmasked and the model is unchanged",
+                    rnd, err)
+        fed.note_delivery(rnd, [], nodes)
+        return {**fields, "nodes_trained": [], "nodes_failed": {str(k): v for k, v in bad.items()},
+                "secagg_aborted": str(err)}
+    for n in dropped:
+        bad.setdefault(n, "excluded by the secure-aggregation protocol")
+    fed.aggregate_mean(mean, ratio_sum, survivors)
+    fed.note_delivery(rnd, survivors, [n for n in nodes if n not in survivors])
+    return {**fields, "nodes_trained": survivors, "nodes_failed": {str(k): v for k, v in bad.items()},
+            "secagg_aborted": None}
