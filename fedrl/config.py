@@ -156,7 +156,7 @@ class CompressionConfig:
 @dataclass(frozen=True)
 class SecAggConfig:
     enabled: bool = opt("secagg.enabled", False, "secure aggregation (SecAgg+): the server learns only the sum")
-    threshold: float = opt("secagg.threshold", 0.5,
+    threshold: float = opt("secagg.threshold", 0.6,
                            "fraction of a node's share holders (neighbours + itself) needed to reconstruct its secrets",
                            _unit_open_closed)
     neighbors: int = opt("secagg.neighbors", 0, "SecAgg+ neighbours per node, even (0: all nodes, plain SecAgg)",
