@@ -16,7 +16,7 @@ from fedrl.compression.ring_codes import RingCoding, required_ring_bits
 from fedrl.config import Config
 from fedrl.dropout import maybe_fail
 from fedrl.flower import secure_codec as sc
-from fedrl.flower.codec import WireError
+from fedrl.flower.codec import REPORTED_METRICS, WireError
 from fedrl.secagg import ClientSession, Params, make_params
 from fedrl.seeding import SECAGG, derive
 
@@ -42,7 +42,7 @@ def start(cfg: Config, context: Context, node: int, rnd: int, setup: sc.Setup, d
     keys = session.advertise()
     _store(context, node, params, session, x)
     maybe_fail(cfg, rnd, node, "advertise")
-    return sc.encode_keys(keys, metrics if cfg.secagg.send_metrics else None)
+    return sc.encode_keys(keys, {k: v for k, v in metrics.items() if k in REPORTED_METRICS} if cfg.secagg.send_metrics else None)
 
 
 def _store(context: Context, node: int, params: Params, session: ClientSession, x: np.ndarray | None) -> None:

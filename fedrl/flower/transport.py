@@ -106,7 +106,7 @@ def failure(r: Message | None) -> str | None:
     if r is None:
         return "no reply before nodes.reply-timeout-s"
     if r.has_error():
-        return f"client error: {short_reason(r.error.reason)}"
+        return f"client error: {short_reason(r.error.reason or '')}"
     return None
 
 
@@ -129,4 +129,4 @@ def _collect(grid: Grid, ids: list[str], timeout: float) -> dict[str, Message]:
 def short_reason(reason: str) -> str:
     """The exception message inside an engine's error report (Ray wraps it in a traceback)."""
     tail = reason.rsplit("Message: ", 1)[-1].strip()
-    return tail[:-2] if tail.endswith("'>") else tail
+    return tail.removesuffix("'>")
