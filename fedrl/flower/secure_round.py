@@ -99,7 +99,12 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str
                 "secagg_aborted": str(err)}
     for n in dropped:
         bad.setdefault(n, "excluded by the secure-aggregation protocol")
-    fed.aggregate_mean(mean, ratio_sum, survivors)
     fed.note_delivery(rnd, survivors, [n for n in nodes if n not in survivors])
+    if len(survivors) < min(cfg.min_train_nodes, len(nodes)):
+        log.warning("round %d: %d nodes in the secure sum, fewer than min-train-nodes = %d; the model is unchanged",
+                    rnd, len(survivors), cfg.min_train_nodes)
+        return {**fields, "nodes_trained": [], "nodes_failed": {str(k): v for k, v in bad.items()},
+                "secagg_aborted": None}
+    fed.aggregate_mean(mean, ratio_sum, survivors)
     return {**fields, "nodes_trained": survivors, "nodes_failed": {str(k): v for k, v in bad.items()},
             "secagg_aborted": None}

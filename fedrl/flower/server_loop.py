@@ -1,9 +1,10 @@
 """The ServerApp's round loop on Flower's Message API (a ``Grid``).
 
-Per round: select logical nodes, send each its plan (in waves, so a SuperNode that serves
-several logical nodes never gets two at once), check every reply (errors, node id,
-shapes, finite values) and leave out bad ones with a log line, aggregate, evaluate,
-log one progress line, append to metrics.jsonl and checkpoint atomically.
+Per round: select logical nodes, send each its plan (``transport.exchange``: in waves, so a
+SuperNode that serves several logical nodes never gets two at once), check every reply (errors,
+node id, shapes or payload, finite values) and leave out bad ones with a log line, aggregate,
+evaluate, log one progress line, append to metrics.jsonl and checkpoint atomically. With
+``secagg.enabled`` a round is ``secure_round`` instead (four exchanges; the server sees only sums).
 """
 
 from __future__ import annotations

@@ -1,0 +1,217 @@
+"""Compression and secure aggregation, measured side by side in one invocation.
+
+    python simulations/compression_benchmark.py [--only compressors|secagg] [--reps 1]
+        [--nodes 10,20,50,100] [--out simulations/results-compression]
+
+(a) compressors: heterogeneous CartPole and Pendulum through ``fedrl run`` (Flower's Simulation
+    Engine, 8 SuperNodes), once per uplink compressor (downlink full weights), plus a few downlink
+    compressors (uplink float32). Per run: uplink and downlink bytes per node per round (from
+    metrics.jsonl: what crossed the wire), the final eval return per variant, and the ratios to
+    ``none``. Fixed round counts (no early stop), so every run trains on the same env steps.
+(b) secure aggregation: for N nodes (one SuperNode each), a CartPole policy of ~104k parameters
+    (``algo.hidden=224,224``), rounds with and without secure aggregation (8-bit ``quantize`` in a
+    ring just wide enough for N, SecAgg+ graph with 10 neighbours above 20 nodes) and, on the
+    same machine, Flower's legacy SecAgg+ and plain legacy FedAvg on 103,715-float vectors
+    (its clients return fixed vectors: no training). Round time is the median over rounds after the
+    first (the first includes engine warm-up); uplink is bytes per node per round, also in bits per
+    parameter.
+
+Runs of one comparison are interleaved (A, B, A, B) because this machine's speed drifts; the
+tables report medians over ``--reps``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark import BIN, REPO, SUITES, Flower, _join
+
+ROUNDS = {"cartpole": 20, "pendulum": 40}
+UPLINK = ["none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign"]
+DOWNLINK = ["fp16", "quantize", "topk"]
+KNOBS = "compression.bits=8 compression.fraction=0.01 compression.levels=16"
+PARAMS_B = 103_715  # parameters of the 224x224 CartPole actor-critic
+
+
+def _fedrl(flower: Flower, rc: str, supernodes: int, timeout: float = 3600) -> None:
+    cmd = [str(BIN / "fedrl"), "run", str(REPO), "--run-config", rc,
+           "--federation-config", f"num-supernodes={supernodes} client-resources-num-cpus=1"]
+    res = subprocess.run(cmd, env=flower.env, capture_output=True, text=True, cwd=REPO, check=False,
+                         timeout=timeout)
+    if res.returncode != 0:
+        raise RuntimeError(f"fedrl run failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+
+
+def _load(folder: Path) -> tuple[dict, list[dict]]:
+    if not (folder / "summary.json").exists():
+        raise RuntimeError(f"{folder} has no summary.json")
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    return json.loads((folder / "summary.json").read_text()), rows
+
+
+def _per_node_round(rows: list[dict], key: str, skip: int = 0) -> float:
+    """Median bytes per node per round (rounds after the first ``skip``), from cumulative counters."""
+    prev, vals = 0, []
+    for r in rows:
+        nodes = len(r["nodes_trained"]) + len(r["nodes_failed"])
+        vals.append((r[key] - prev) / max(nodes, 1))
+        prev = r[key]
+    return statistics.median(vals[skip:] or vals)
+
+
+# --- (a) compressors ------------------------------------------------------------------------
+def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, rep: int) -> dict:
+    name = f"{suite}-up-{up}-down-{down}-{rep}"
+    shutil.rmtree(out / name, ignore_errors=True)
+    common = SUITES[suite]["common"].replace("eval.stop-at-target=true", "eval.stop-at-target=false")
+    rc = _join(common, f"num-server-rounds={ROUNDS[suite]} eval.every=0 seed={rep} output-dir='{out}' "
+                       f"run-name='{name}' {KNOBS} compression.up='{up}' compression.down='{down}'")
+    _fedrl(flower, rc, 8)
+    summary, rows = _load(out / name)
+    return {"up": up, "down": down, "bytes_up": _per_node_round(rows, "bytes_up"),
+            "bytes_down": _per_node_round(rows, "bytes_down"),
+            "final": [e["mean_return"] for e in summary["eval"]]}
+
+
+def compressors(flower: Flower, out: Path, reps: int) -> dict[str, list[dict]]:
+    results: dict[str, list[dict]] = {}
+    for suite in ("cartpole", "pendulum"):
+        pairs = [(u, "none") for u in UPLINK] + ([("none", d) for d in DOWNLINK] if suite == "cartpole" else [])
+        for rep in range(reps):
+            for up, down in pairs:  # interleaved over repetitions
+                r = compressor_run(flower, out, suite, up, down, rep)
+                results.setdefault(f"{suite}/{up}/{down}", []).append(r)
+                print(f"[{suite} rep {rep}] up={up:<8} down={down:<8} up {r['bytes_up']:,.0f} B/node/round  "
+                      f"down {r['bytes_down']:,.0f}  final mean {np.mean(r['final']):.1f}", flush=True)
+    return results
+
+
+def compressor_table(results: dict[str, list[dict]]) -> None:
+    print("\n(a) compressors: bytes per node per round (medians), final eval return per variant")
+    print(f"{'suite':<9}{'up':<9}{'down':<9}{'bytes up':>10}{'x fewer':>9}{'bytes down':>11}{'x fewer':>9}"
+          f"{'mean ret':>10}{'loss %':>8}  per variant")
+    for suite in ("cartpole", "pendulum"):
+        base = results.get(f"{suite}/none/none")
+        if not base:
+            continue
+        b_up = statistics.median(r["bytes_up"] for r in base)
+        b_down = statistics.median(r["bytes_down"] for r in base)
+        b_ret = statistics.median(float(np.mean(r["final"])) for r in base)
+        for key, rs in results.items():
+            s, up, down = key.split("/")
+            if s != suite:
+                continue
+            bu = statistics.median(r["bytes_up"] for r in rs)
+            bd = statistics.median(r["bytes_down"] for r in rs)
+            finals = [statistics.median(x) for x in zip(*[r["final"] for r in rs], strict=True)]
+            ret = statistics.median(float(np.mean(r["final"])) for r in rs)
+            loss = 100 * (b_ret - ret) / abs(b_ret)  # positive: worse than none
+            print(f"{suite:<9}{up:<9}{down:<9}{bu:>10,.0f}{b_up / bu:>9.2f}{bd:>11,.0f}{b_down / bd:>9.2f}"
+                  f"{ret:>10.1f}{loss:>8.1f}  {' '.join(f'{f:.0f}' for f in finals)}")
+
+
+# --- (b) secure aggregation -----------------------------------------------------------------
+def ours(flower: Flower, out: Path, n: int, secure: bool, rep: int, rounds: int) -> dict:
+    name = f"secagg-n{n}-{'secure' if secure else 'plain'}-{rep}"
+    shutil.rmtree(out / name, ignore_errors=True)
+    k = 0 if n <= 20 else 10
+    extra = (f"secagg.enabled=true compression.up='quantize' compression.bits=8 secagg.neighbors={k}"
+             if secure else "")
+    rc = (f"env.id='CartPole-v1' env.vary='length=linspace(0.4, 1.2)' nodes.count={n} num-server-rounds={rounds} "
+          f"algo.hidden='224,224' eval.every=0 eval.episodes=1 nodes.wait-s=600 seed={rep} "
+          f"output-dir='{out}' run-name='{name}' {extra}")
+    _fedrl(flower, rc, n)
+    _, rows = _load(out / name)
+    return {"round_s": statistics.median(r["round_time_s"] for r in rows[1:]),
+            "bytes_up": _per_node_round(rows, "bytes_up", skip=1),
+            "bits": rows[-1].get("secagg_bits"), "k": k}
+
+
+def legacy(n: int, secure: bool, rep: int) -> dict:
+    from fedrl.flower.legacy_secaggplus import run_flower_secaggplus
+
+    rng = np.random.default_rng(rep)
+    inputs = [[rng.normal(0, 0.01, PARAMS_B).astype(np.float32)] for _ in range(n)]
+    shares = 1.0 if n <= 20 else 11  # all nodes, or 10 neighbours + itself, as ours
+    res = run_flower_secaggplus(inputs, num_shares=shares, reconstruction_threshold=0.6, secure=secure)
+    return {"round_s": res.seconds, "bytes_up": res.bytes_up / n}
+
+
+def secagg(flower: Flower, out: Path, reps: int, sizes: list[int]) -> dict[str, list[dict]]:
+    results: dict[str, list[dict]] = {}
+    for n in sizes:
+        rounds = 3 if n <= 20 else 2
+        for rep in range(reps):
+            for kind in ("plain", "secure", "flower-plain", "flower-secaggplus"):
+                t0 = time.time()
+                if kind.startswith("flower"):
+                    r = legacy(n, kind == "flower-secaggplus", rep)
+                else:
+                    r = ours(flower, out, n, kind == "secure", rep, rounds)
+                results.setdefault(f"{n}/{kind}", []).append(r)
+                print(f"[N={n} rep {rep}] {kind:<18} round {r['round_s']:.2f} s  up {r['bytes_up']:,.0f} B/node  "
+                      f"({time.time() - t0:.0f} s)", flush=True)
+    return results
+
+
+def secagg_table(results: dict[str, list[dict]], sizes: list[int]) -> None:
+    print(f"\n(b) secure aggregation, {PARAMS_B:,} parameters: round time and uplink per node (medians)")
+    print(f"{'N':>4} {'run':<19}{'round s':>9}{'x plain':>9}{'bytes up':>12}{'bits/param':>11}")
+    for n in sizes:
+        for fam in (("plain", "secure"), ("flower-plain", "flower-secaggplus")):
+            base = results.get(f"{n}/{fam[0]}")
+            if not base:
+                continue
+            t_base = statistics.median(r["round_s"] for r in base)
+            for kind in fam:
+                rs = results[f"{n}/{kind}"]
+                t = statistics.median(r["round_s"] for r in rs)
+                b = statistics.median(r["bytes_up"] for r in rs)
+                print(f"{n:>4} {kind:<19}{t:>9.2f}{t / t_base:>9.2f}{b:>12,.0f}{8 * b / PARAMS_B:>11.1f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=["compressors", "secagg"], action="append")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--nodes", default="10,20,50,100", help="comma-separated N for (b)")
+    ap.add_argument("--out", type=Path, default=REPO / "simulations" / "results-compression")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.nodes.split(",") if s.strip()]
+    if any(n < 2 for n in sizes) or not math.isfinite(args.reps) or args.reps < 1:
+        ap.error("--nodes must be integers >= 2 and --reps >= 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    flower = Flower(args.out / ".flwr-home")
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    parts = args.only or ["compressors", "secagg"]
+    comp: dict[str, list[dict]] = {}
+    sec: dict[str, list[dict]] = {}
+    try:
+        if "compressors" in parts:
+            comp = compressors(flower, args.out, args.reps)
+        if "secagg" in parts:
+            sec = secagg(flower, args.out, args.reps, sizes)
+    finally:
+        flower.stop()
+    if comp:
+        compressor_table(comp)
+    if sec:
+        secagg_table(sec, sizes)
+    (args.out / "compression_benchmark.json").write_text(json.dumps({"compressors": comp, "secagg": sec}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
