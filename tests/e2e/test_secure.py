@@ -18,6 +18,11 @@ def _metrics(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
+def _per_round(rows: list[dict], key: str) -> list[int]:
+    totals = [r[key] for r in rows]
+    return [b - a for a, b in zip([0, *totals[:-1]], totals, strict=True)]
+
+
 def test_secure_quantized_cartpole_with_dropouts_solves_every_variant(flower: LocalFlower, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     res = flower.run(REPO, f"{SECURE} nodes.dropout-prob=0.1 eval.stop-at-target=true output-dir='{out}' "
@@ -47,3 +52,17 @@ def test_too_few_survivors_abort_the_round_and_training_goes_on(flower: LocalFlo
         assert all(why.startswith("mask:") for why in r["nodes_failed"].values())
     summary = json.loads((out / "a" / "summary.json").read_text())
     assert summary["rounds_completed"] == 2 and summary["env_steps_total"] == 0
+
+
+def test_compressed_uplink_and_downlink_through_the_engine(flower: LocalFlower, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    small = "nodes.count=4 algo.local-steps=256 eval.episodes=1 num-server-rounds=3"
+    res = flower.run(REPO, f"{small} compression.up='topk' compression.fraction=0.01 compression.down='quantize' "
+                           f"output-dir='{out}' run-name='c'")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = _metrics(out / "c")
+    assert all(r["nodes_trained"] == [0, 1, 2, 3] for r in rows)
+    up = _per_round(rows, "bytes_up")
+    down = _per_round(rows, "bytes_down")
+    assert all(u < 4 * 1500 for u in up), up  # ~1.3 kB a node instead of ~40 kB of float32 weights
+    assert down[1] < down[0] / 3 and down[2] < down[0] / 3, down  # 8-bit deltas after the first full broadcast
