@@ -1,6 +1,6 @@
 """Compression and secure aggregation, measured side by side in one invocation.
 
-    python simulations/compression_benchmark.py [--only compressors|secagg] [--reps 1]
+    python simulations/compression_benchmark.py [--only compressors|secagg] [--reps 1] [--secagg-reps 2]
         [--nodes 10,20,50,100] [--out simulations/results-compression]
 
 (a) compressors: heterogeneous CartPole and Pendulum through ``fedrl run`` (Flower's Simulation
@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark import BIN, REPO, SUITES, Flower, _join
 
-ROUNDS = {"cartpole": 20, "pendulum": 40}
+ROUNDS = {"cartpole": 30, "pendulum": 40}  # CartPole: the default num-server-rounds
 UPLINK = ["none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign"]
 DOWNLINK = ["fp16", "quantize", "topk"]
 KNOBS = "compression.bits=8 compression.fraction=0.01 compression.levels=16"
@@ -152,7 +152,7 @@ def legacy(n: int, secure: bool, rep: int) -> dict:
 def secagg(flower: Flower, out: Path, reps: int, sizes: list[int]) -> dict[str, list[dict]]:
     results: dict[str, list[dict]] = {}
     for n in sizes:
-        rounds = 3 if n <= 20 else 2
+        rounds = 4
         for rep in range(reps):
             for kind in ("plain", "secure", "flower-plain", "flower-secaggplus"):
                 t0 = time.time()
@@ -186,6 +186,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=["compressors", "secagg"], action="append")
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--secagg-reps", type=int, default=0, help="repetitions for (b) (0: --reps)")
     ap.add_argument("--nodes", default="10,20,50,100", help="comma-separated N for (b)")
     ap.add_argument("--out", type=Path, default=REPO / "simulations" / "results-compression")
     args = ap.parse_args()
@@ -202,7 +203,7 @@ def main() -> int:
         if "compressors" in parts:
             comp = compressors(flower, args.out, args.reps)
         if "secagg" in parts:
-            sec = secagg(flower, args.out, args.reps, sizes)
+            sec = secagg(flower, args.out, args.secagg_reps or args.reps, sizes)
     finally:
         flower.stop()
     if comp:

@@ -1,0 +1,64 @@
+"""Secure-aggregation stage messages survive Flower records unchanged; malformed ones are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, RecordDict
+
+from fedrl.flower import secure_codec as sc
+from fedrl.flower.codec import WireError
+from fedrl.secagg import Keys, Masked
+
+SID = bytes(range(16))
+
+
+def test_setup_round_trips_through_the_plan_record() -> None:
+    cr = ConfigRecord({"node": 1})
+    assert sc.get_setup(cr) is None
+    s = sc.Setup(SID, [0, 2, 5], 2, 0.6, 11, 9156, 77)
+    sc.put_setup(cr, s)
+    assert sc.get_setup(cr) == s
+
+
+def test_keys_and_metrics_round_trip() -> None:
+    k = Keys(3, 7, SID, b"c" * 32, b"s" * 32)
+    back, m = sc.decode_keys(sc.encode_keys(k, {"train_return": 12.5}))
+    assert back == k and m == {"train_return": 12.5}
+    assert sc.decode_keys(sc.encode_keys(k, None))[1] == {}
+
+
+def test_share_and_unmask_messages_round_trip() -> None:
+    keys = {1: (b"a" * 32, b"b" * 32), 4: (b"c" * 32, b"d" * 32)}
+    assert sc.decode_share_request(sc.encode_share_request(0, 7, SID, keys)) == keys
+    cts = {1: b"x" * 80, 4: b"y" * 80}
+    rec = sc.encode_ciphertexts(0, 7, SID, cts)
+    assert sc.head(rec) == (0, 7, SID) and sc.decode_ciphertexts(rec) == cts
+    assert sc.decode_unmask_request(sc.encode_unmask_request(0, 7, SID, [0, 1], [4])) == ([0, 1], [4])
+    shares = {0: b"s" * 32, 1: b"t" * 32}
+    assert sc.decode_shares(sc.encode_shares(0, 7, SID, shares)) == shares
+
+
+@pytest.mark.parametrize("bits", [10, 15, 24])
+def test_masked_vector_travels_at_its_bit_width(bits: int) -> None:
+    y = np.random.default_rng(bits).integers(0, 1 << bits, 1000, dtype=np.uint64)
+    rec = sc.encode_masked(Masked(2, 7, SID, y, (4,)), bits)
+    back = sc.decode_masked(rec, bits, 1000)
+    np.testing.assert_array_equal(back.y, y)
+    assert back.rejected == (4,) and (back.node, back.round, back.session) == (2, 7, SID)
+    assert rec.array_records["masked"]["y"].numpy().nbytes == (1000 * min(bits, 16) + 7) // 8 + (
+        (1000 * (bits - 16) + 7) // 8 if bits > 16 else 0)
+    with pytest.raises(WireError, match="bytes"):
+        sc.decode_masked(rec, bits, 999)
+
+
+def test_malformed_stage_messages_are_refused() -> None:
+    with pytest.raises(WireError, match="secagg"):
+        sc.head(RecordDict())
+    bad = RecordDict({"secagg": ConfigRecord({"node": 1, "round": 2, "session": SID, "peers": [1, 2],
+                                              "cts": [b"x"]})})
+    with pytest.raises(WireError, match="ciphertexts"):
+        sc.decode_ciphertexts(bad)
+    bad = RecordDict({"secagg": ConfigRecord({"node": 1, "round": 2, "session": "not bytes"})})
+    with pytest.raises(WireError, match="session"):
+        sc.head(bad)
