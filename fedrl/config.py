@@ -149,8 +149,10 @@ class CompressionConfig:
     levels: int = opt("compression.levels", 16, "qsgd: quantization levels s", _positive)
     chunk: int = opt("compression.chunk", 0, "quantize: one scale per chunk of this many coordinates (0: per update)",
                      _non_negative)
-    error_feedback: Literal["auto", "on", "off"] = opt(
-        "compression.error-feedback", "auto", "keep what a compressor dropped and send it later (auto: topk, sign)")
+    error_feedback: Literal["auto", "on", "ef21", "off"] = opt(
+        "compression.error-feedback", "auto",
+        "on: resend what a compressor dropped (EF-SGD); ef21: compress the change of each node's update "
+        "(EF21); auto: on for topk and sign")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from fedrl.aggregation.fedavg import apply_delta, delta_of, weighted_mean
 from fedrl.checkpoint import Checkpoint
 from fedrl.compression.base import Compressed
 from fedrl.compression.downlink import Broadcaster, Downlink
+from fedrl.compression.ef21 import ServerEF21
 from fedrl.compression.pipeline import decompress, flatten, stage, unflatten
 from fedrl.config import Config, to_flat
 from fedrl.envs.make import make_env
@@ -51,6 +52,7 @@ class Reply:
     obs_moments: Moments | None
     metrics: dict[str, float]
     update: Compressed | None = None
+    ef_base: int = -1  # EF21: the round the update is relative to (-1: from zero)
 
 
 def variants_of(cfg: Config) -> list[dict[str, float]]:
@@ -110,6 +112,7 @@ class Federation:
         self.casts = [Broadcaster(self.down, m, cfg.seed, s) for s, m in enumerate(self.models)]
         self.holds: dict[int, int] = {}  # node -> round of the broadcast it holds (downlink compression)
         self.n_params = int(sum(w.size for w in w0))
+        self.ef21 = ServerEF21(self.up, self.n_params) if self.up.ef21 else None
 
     # --- planning -------------------------------------------------------------------
     def select(self, rnd: int) -> list[int]:
@@ -132,7 +135,8 @@ class Federation:
     def plan(self, node: int, rnd: int) -> tuple[LocalPlan, Downlink]:
         s = self.cfg.strategy
         mu = s.proximal_mu if s.name == "fedprox" else 0.0
-        p = LocalPlan(node, rnd, self.cfg.num_server_rounds, self.cfg.seed, mu, self.moments[self.slot(node)])
+        ef_base = self.ef21.base(node) if self.ef21 is not None else -1
+        p = LocalPlan(node, rnd, self.cfg.num_server_rounds, self.cfg.seed, mu, self.moments[self.slot(node)], ef_base)
         return p, self.casts[self.slot(node)].downlink(self.holds.get(node))
 
     def sent(self, node: int) -> list[np.ndarray]:
@@ -142,6 +146,8 @@ class Federation:
     def delta(self, reply: Reply) -> list[np.ndarray]:
         """The reply's update: decoded payload, or trained weights minus the weights sent."""
         base = self.sent(reply.node)
+        if reply.update is not None and self.ef21 is not None:
+            return unflatten(self.ef21.estimate(reply.node, reply.ef_base, reply.update), base)
         if reply.update is not None:
             return unflatten(decompress(reply.update, self.up, self.n_params), base)
         return delta_of(reply.weights, base)
@@ -172,18 +178,22 @@ class Federation:
             return "missing or malformed observation statistics"
         return None
 
-    def aggregate(self, replies: list[Reply]) -> None:
-        """Apply valid replies (already checked with ``validate``)."""
+    def aggregate(self, replies: list[Reply], rnd: int | None = None) -> None:
+        """Apply valid replies (already checked with ``validate``) of round ``rnd`` (default: the next)."""
         lr = self.cfg.strategy.server_lr
+        deltas = [self.delta(r) for r in replies]  # before EF21 commits: estimates depend on the held g_i
+        if self.ef21 is not None:
+            for r, d in zip(replies, deltas, strict=True):
+                self.ef21.commit(r.node, flatten(d), self.round + 1 if rnd is None else rnd)
         if self.per_node:
             # No aggregation: a node's next model is exactly what it trained (no server step).
-            for r in replies:
+            for r, d in zip(replies, deltas, strict=True):
                 self.models[r.node] = ([w.astype(np.float32) for w in r.weights] if r.update is None
-                                       else apply_delta(self.sent(r.node), self.delta(r), 1.0))
+                                       else apply_delta(self.sent(r.node), d, 1.0))
                 self._merge_moments(r.node, [r])
         elif replies:
             g = self.models[0]
-            mean = weighted_mean([self.delta(r) for r in replies], [r.env_steps for r in replies])
+            mean = weighted_mean(deltas, [r.env_steps for r in replies])
             self.models[0] = apply_delta(g, mean, lr)
             self._merge_moments(0, replies)
         self.env_steps += sum(r.env_steps for r in replies)
@@ -257,6 +267,8 @@ class Federation:
                 arrays[f"moments{s}"] = m.to_array()
             if self.down.active:
                 arrays.update({f"bcast{s}/{i}": a for i, a in enumerate(self.casts[s].base)})
+        if self.ef21 is not None:
+            arrays.update(self.ef21.to_arrays())
         meta = {"round": self.round, "env_steps": self.env_steps, "bytes_up": self.bytes_up,
                 "bytes_down": self.bytes_down, "wall_time_s": self.wall_time_s + (time.time() - started),
                 "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
@@ -279,6 +291,8 @@ class Federation:
                 self.casts[s].base = [ck.arrays[f"bcast{s}/{i}"].astype(np.float32) for i in range(len(self.names))]
                 self.casts[s].round = int(ck.meta["bcast_round"][s])
         self.holds = {int(k): int(v) for k, v in ck.meta.get("holds", {}).items()}
+        if self.ef21 is not None:
+            self.ef21.load_arrays(ck.arrays)
         self.round = int(ck.meta["round"])
         self.env_steps = int(ck.meta["env_steps"])
         self.bytes_up = int(ck.meta["bytes_up"])

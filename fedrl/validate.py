@@ -81,8 +81,9 @@ def pipeline_error(cfg: Config) -> ConfigError | None:
     if cfg.strategy.name in _NEEDS_CLEAR_UPDATES:
         return ConfigError("strategy.name", f"secagg.enabled = true with strategy.name = {cfg.strategy.name}: "
                                             f"{_NEEDS_CLEAR_UPDATES[cfg.strategy.name]}")
-    if c.error_feedback == "on":
-        return ConfigError("compression.error-feedback", "secagg.enabled = true with compression.error-feedback = on: "
+    if c.error_feedback in ("on", "ef21"):
+        return ConfigError("compression.error-feedback", f"secagg.enabled = true with compression.error-feedback = "
+                                                         f"{c.error_feedback}: "
                                                          "quantize is unbiased; error feedback is not supported there")
     if cfg.algo.norm_obs == "on" or (cfg.algo.norm_obs == "auto" and _continuous(cfg)):
         return ConfigError("algo.norm-obs", "secagg.enabled = true with observation normalization on (algo.norm-obs; "

@@ -51,10 +51,20 @@ def unflatten(vec: np.ndarray, like: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 @dataclass(frozen=True)
 class Stage:
-    """One direction's compressor and whether it keeps an error-feedback residual."""
+    """One direction's compressor and its error feedback: ``"off"``, ``"on"`` (a residual, EF-SGD)
+    or ``"ef21"`` (``fedrl.compression.ef21``; uplink only)."""
 
     compressor: Compressor
-    error_feedback: bool
+    feedback: str = "off"
+
+    @property
+    def error_feedback(self) -> bool:
+        """Whether this stage keeps a classic residual."""
+        return self.feedback == "on"
+
+    @property
+    def ef21(self) -> bool:
+        return self.feedback == "ef21"
 
     @property
     def name(self) -> str:
@@ -69,8 +79,12 @@ def stage(cc: CompressionConfig, direction: str) -> Stage:
     """The ``compression.up`` (``direction="up"``) or ``compression.down`` stage of a config."""
     name = cc.up if direction == "up" else cc.down
     comp = make_compressor(name, bits=cc.bits, fraction=cc.fraction, levels=cc.levels, chunk=cc.chunk)
-    ef = cc.error_feedback == "on" or (cc.error_feedback == "auto" and name in BIASED)
-    return Stage(comp, ef and name != "none")
+    mode = cc.error_feedback
+    if mode == "auto":
+        mode = "on" if name in BIASED else "off"
+    if name == "none" or direction == "down":
+        mode = "off"  # the downlink broadcast already resends what compression dropped
+    return Stage(comp, mode)
 
 
 def rng_for(name: str, seed: int, rnd: int, who: int) -> np.random.Generator:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from flwr.app import Context, Message
 
+from fedrl.compression import ef21
 from fedrl.compression.downlink import receive
 from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, compress, flatten, rng_for, stage
 from fedrl.config import Config, from_run_config
@@ -74,16 +75,20 @@ def handle_train(msg: Message, context: Context) -> Message:
         delta = flatten(res.weights) - flatten(weights)
         content = secure_client.start(cfg, context, plan.node, plan.round, setup_sa, delta, res.env_steps, res.metrics)
         return Message(content, reply_to=msg)
-    update = None
+    update, ef_base = None, -1
     if su.up.active:
         vec = flatten(res.weights) - flatten(weights)
         rng = rng_for(su.up.name, plan.seed, plan.round, plan.node)
-        update, residual = compress(vec, su.up, rng, state.arrays.get(RESIDUAL_KEY))
-        if residual is not None:
-            kept[RESIDUAL_KEY] = residual
+        if su.up.ef21:
+            update, ef_base, ef_state = ef21.node_encode(vec, plan.ef_base, su.up, rng, state.arrays, plan.round)
+            kept.update(ef_state)
+        else:
+            update, residual = compress(vec, su.up, rng, state.arrays.get(RESIDUAL_KEY))
+            if residual is not None:
+                kept[RESIDUAL_KEY] = residual
     codec.store_node_state(context.state, plan.node, NodeState(kept))
     reply = Reply(plan.node, [] if update is not None else res.weights, res.env_steps, res.obs_moments,
-                  res.metrics, update)
+                  res.metrics, update, ef_base)
     return Message(codec.encode_reply(reply), reply_to=msg)
 
 

@@ -115,7 +115,8 @@ def _get_payload(cr: ConfigRecord, prefix: str, blob: np.ndarray) -> Compressed:
 # --- plan: server -> client ------------------------------------------------------------
 def encode_plan(plan: LocalPlan, dl: Downlink) -> RecordDict:
     cr = ConfigRecord({"node": plan.node, "round": plan.round, "total-rounds": plan.total_rounds,
-                       "seed": plan.seed, "prox-mu": float(plan.prox_mu), "base-round": dl.base_round})
+                       "seed": plan.seed, "prox-mu": float(plan.prox_mu), "base-round": dl.base_round,
+                       "ef-base": plan.ef_base})
     rec = RecordDict({_PLAN: cr})
     if dl.delta is not None:
         rec[_WEIGHTS] = ArrayRecord({"blob": _put_payload(cr, _DELTA, dl.delta)})
@@ -132,7 +133,8 @@ def decode_plan(rec: RecordDict) -> tuple[LocalPlan, Downlink]:
     if not isinstance(mu, float):
         raise WireError("field 'prox-mu' must be a float")
     moments = _moments_from(rec) if _MOMENTS in rec.array_records else None
-    plan = LocalPlan(_int(cr, "node"), _int(cr, "round"), _int(cr, "total-rounds"), _int(cr, "seed"), mu, moments)
+    plan = LocalPlan(_int(cr, "node"), _int(cr, "round"), _int(cr, "total-rounds"), _int(cr, "seed"), mu, moments,
+                     _int(cr, "ef-base"))
     if f"{_DELTA}.name" in cr:
         return plan, Downlink(None, _get_payload(cr, _DELTA, _blob(rec)), _int(cr, "base-round"))
     return plan, Downlink(_arrays(rec, _WEIGHTS))
@@ -147,6 +149,8 @@ def encode_reply(reply: Reply) -> RecordDict:
     rec = RecordDict({_REPLY: cr})
     if reply.update is not None:
         rec[_WEIGHTS] = ArrayRecord({"blob": _put_payload(cr, _UPDATE, reply.update)})
+        if reply.ef_base >= 0:
+            cr["ef-base"] = reply.ef_base
     else:
         rec[_WEIGHTS] = ArrayRecord(list(reply.weights))
     if reply.obs_moments is not None:
@@ -161,7 +165,8 @@ def decode_reply(rec: RecordDict) -> Reply:
     moments = _moments_from(rec) if _MOMENTS in rec.array_records else None
     if f"{_UPDATE}.name" in cr:
         update = _get_payload(cr, _UPDATE, _blob(rec))
-        return Reply(_int(cr, "node"), [], _int(cr, "env-steps"), moments, m, update)
+        ef_base = _int(cr, "ef-base") if "ef-base" in cr else -1
+        return Reply(_int(cr, "node"), [], _int(cr, "env-steps"), moments, m, update, ef_base)
     return Reply(_int(cr, "node"), _arrays(rec, _WEIGHTS), _int(cr, "env-steps"), moments, m)
 
 

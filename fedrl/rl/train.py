@@ -35,6 +35,7 @@ class LocalPlan:
     seed: int
     prox_mu: float = 0.0
     obs_moments: Moments | None = None  # global observation statistics (None: off)
+    ef_base: int = -1  # EF21: round of the node's last update the server accepted (-1: none)
 
 
 @dataclass(frozen=True)

@@ -51,14 +51,17 @@ def test_unframe_rejects_inconsistent_tables() -> None:
 def test_stage_turns_error_feedback_on_for_biased_compressors() -> None:
     assert stage(CompressionConfig(up="topk"), "up").error_feedback
     assert stage(CompressionConfig(up="sign"), "up").error_feedback
-    assert not stage(CompressionConfig(up="quantize"), "up").error_feedback
+    assert stage(CompressionConfig(up="topk", error_feedback="ef21"), "up").ef21
+    assert stage(CompressionConfig(up="quantize"), "up").feedback == "off"
     assert stage(CompressionConfig(up="quantize", error_feedback="on"), "up").error_feedback
-    assert not stage(CompressionConfig(up="topk", error_feedback="off"), "up").error_feedback
+    assert stage(CompressionConfig(up="topk", error_feedback="on"), "up").error_feedback
+    assert stage(CompressionConfig(up="topk", error_feedback="off"), "up").feedback == "off"
+    assert stage(CompressionConfig(down="topk"), "down").feedback == "off"  # the broadcast resends by itself
     assert not stage(CompressionConfig(down="none", error_feedback="on"), "down").active
 
 
 def test_error_feedback_carries_the_residual_across_rounds() -> None:
-    st = stage(CompressionConfig(up="topk", fraction=0.1), "up")
+    st = stage(CompressionConfig(up="topk", fraction=0.1, error_feedback="on"), "up")
     rng = np.random.default_rng(0)
     xs = [rng.normal(size=200).astype(np.float32) for _ in range(5)]
     residual = None
