@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark import BIN, REPO, SUITES, Flower, _join
 
 ROUNDS = {"cartpole": 30, "pendulum": 40}  # CartPole: the default num-server-rounds
-UPLINK = ["none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign"]
+UPLINK = ["none", "fp16", "bf16", "quantize", "qsgd", "topk", "topk:0.05", "randk", "sign"]  # name[:fraction]
 DOWNLINK = ["fp16", "quantize", "topk"]
 KNOBS = "compression.bits=8 compression.fraction=0.01 compression.levels=16"
 PARAMS_B = 103_715  # parameters of the 224x224 CartPole actor-critic
@@ -73,11 +73,13 @@ def _per_node_round(rows: list[dict], key: str, skip: int = 0) -> float:
 
 # --- (a) compressors ------------------------------------------------------------------------
 def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, rep: int) -> dict:
-    name = f"{suite}-up-{up}-down-{down}-{rep}"
+    name = f"{suite}-up-{up}-down-{down}-{rep}".replace(":", "@")
     shutil.rmtree(out / name, ignore_errors=True)
     common = SUITES[suite]["common"].replace("eval.stop-at-target=true", "eval.stop-at-target=false")
+    up_name, _, fraction = up.partition(":")
+    knobs = _join(KNOBS, f"compression.fraction={fraction}" if fraction else "")
     rc = _join(common, f"num-server-rounds={ROUNDS[suite]} eval.every=0 seed={rep} output-dir='{out}' "
-                       f"run-name='{name}' {KNOBS} compression.up='{up}' compression.down='{down}'")
+                       f"run-name='{name}' {knobs} compression.up='{up_name}' compression.down='{down}'")
     _fedrl(flower, rc, 8)
     summary, rows = _load(out / name)
     return {"up": up, "down": down, "bytes_up": _per_node_round(rows, "bytes_up"),
