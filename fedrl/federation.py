@@ -27,7 +27,7 @@ from fedrl.checkpoint import Checkpoint
 from fedrl.compression.base import Compressed
 from fedrl.compression.downlink import Broadcaster, Downlink
 from fedrl.compression.ef21 import ServerEF21
-from fedrl.compression.pipeline import decompress, flatten, stage, unflatten
+from fedrl.compression.pipeline import Stage, decompress, flatten, stage, unflatten
 from fedrl.config import Config, to_flat
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
@@ -35,7 +35,7 @@ from fedrl.errors import ConfigError
 from fedrl.rl.evaluate import evaluate
 from fedrl.rl.networks import ActorCritic, PolicySpec, check_weights, get_weights, spec_for, weight_names
 from fedrl.rl.normalize import Moments
-from fedrl.rl.train import LocalPlan, uses_norm
+from fedrl.rl.train import LocalPlan, round_lr, uses_norm
 from fedrl.seeding import INIT, SELECT, derive, numpy_rng
 
 log = logging.getLogger("fedrl")
@@ -53,6 +53,18 @@ class Reply:
     metrics: dict[str, float]
     update: Compressed | None = None
     ef_base: int = -1  # EF21: the round the update is relative to (-1: from zero)
+
+
+def uplink_scale(cfg: Config, up: Stage, rnd: int) -> float:
+    """What a node divides its update by before compressing it in round ``rnd``.
+
+    With classic error feedback the node compresses its learning-rate-normalized update (a
+    pseudo-gradient) and the server multiplies back by this round's mean learning rate: what is
+    owed from earlier rounds is then applied at today's annealed step size, not the larger one it
+    was computed with. (Measured on heterogeneous CartPole, 1% top-k, 30 rounds: final min
+    return 495 with it, 262 without.) 1 otherwise.
+    """
+    return round_lr(cfg.algo, rnd, cfg.num_server_rounds) if up.error_feedback else 1.0
 
 
 def variants_of(cfg: Config) -> list[dict[str, float]]:
@@ -149,7 +161,9 @@ class Federation:
         if reply.update is not None and self.ef21 is not None:
             return unflatten(self.ef21.estimate(reply.node, reply.ef_base, reply.update), base)
         if reply.update is not None:
-            return unflatten(decompress(reply.update, self.up, self.n_params), base)
+            vec = decompress(reply.update, self.up, self.n_params)
+            vec = vec * np.float32(uplink_scale(self.cfg, self.up, self.round + 1))
+            return unflatten(vec, base)
         return delta_of(reply.weights, base)
 
     # --- aggregation ----------------------------------------------------------------

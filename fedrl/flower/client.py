@@ -23,7 +23,7 @@ from fedrl.config import Config, from_run_config
 from fedrl.dropout import maybe_fail
 from fedrl.envs.make import make_vector_env
 from fedrl.envs.spec import parse_kwargs
-from fedrl.federation import Reply, policy_spec, variants_of
+from fedrl.federation import Reply, policy_spec, uplink_scale, variants_of
 from fedrl.flower import codec, secure_client, secure_codec
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights
 from fedrl.rl.train import NodeState, train_locally
@@ -83,7 +83,8 @@ def handle_train(msg: Message, context: Context) -> Message:
             update, ef_base, ef_state = ef21.node_encode(vec, plan.ef_base, su.up, rng, state.arrays, plan.round)
             kept.update(ef_state)
         else:
-            update, residual = compress(vec, su.up, rng, state.arrays.get(RESIDUAL_KEY))
+            scale = uplink_scale(cfg, su.up, plan.round)
+            update, residual = compress(vec / scale, su.up, rng, state.arrays.get(RESIDUAL_KEY))
             if residual is not None:
                 kept[RESIDUAL_KEY] = residual
     codec.store_node_state(context.state, plan.node, NodeState(kept))

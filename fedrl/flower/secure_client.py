@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
 
+from fedrl.compression.packing import pack_bits, unpack_bits
 from fedrl.compression.ring_codes import RingCoding, required_ring_bits
 from fedrl.config import Config
 from fedrl.dropout import maybe_fail
@@ -40,16 +41,19 @@ def start(cfg: Config, context: Context, node: int, rnd: int, setup: sc.Setup, d
     x = coding(cfg).encode(delta, env_steps, np.random.default_rng(derive(cfg.seed, SECAGG, rnd, node)))
     session = ClientSession.new(node, params)
     keys = session.advertise()
-    _store(context, node, params, session, x)
+    _store(context, node, params, session, x, cfg.compression.bits)
     maybe_fail(cfg, rnd, node, "advertise")
     return sc.encode_keys(keys, {k: v for k, v in metrics.items() if k in REPORTED_METRICS} if cfg.secagg.send_metrics else None)
 
 
-def _store(context: Context, node: int, params: Params, session: ClientSession, x: np.ndarray | None) -> None:
+def _store(context: Context, node: int, params: Params, session: ClientSession, x: np.ndarray | None,
+           code_bits: int = 16) -> None:
     arrays = {f"s.{k}": v for k, v in session.to_arrays().items()}
     arrays.update({f"p.{k}": v for k, v in params.to_arrays().items()})
     if x is not None:
-        arrays["x"] = x
+        # The state travels with every stage message: keep the codes at their bit width.
+        arrays["x"] = pack_bits(x, code_bits)
+        arrays["x.n"] = np.asarray([x.size, code_bits], np.int64)
     context.state[f"{_KEY}{node}"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
 
@@ -65,14 +69,17 @@ def _load(context: Context, msg: Message) -> tuple[int, Params, ClientSession, n
         raise WireError(f"node {node}: message for round {rnd} does not match the open session "
                         f"(round {params.round}); replayed or stale")
     session = ClientSession.from_arrays(node, params, {k[2:]: v for k, v in arrays.items() if k.startswith("s.")})
-    return node, params, session, arrays.get("x")
+    if "x" not in arrays:
+        return node, params, session, None
+    n, code_bits = (int(v) for v in arrays["x.n"])
+    return node, params, session, unpack_bits(arrays["x"], code_bits, n).astype(np.uint64)
 
 
 def handle_share(msg: Message, context: Context, cfg: Config) -> Message:
     node, params, session, x = _load(context, msg)
     maybe_fail(cfg, params.round, node, "share")
     cts = session.share(sc.decode_share_request(msg.content))
-    _store(context, node, params, session, x)
+    _store(context, node, params, session, x, cfg.compression.bits)
     return Message(sc.encode_ciphertexts(node, params.round, params.session, cts), reply_to=msg)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 from flwr.app import RecordDict
@@ -38,8 +39,12 @@ log = logging.getLogger("fedrl")
 
 
 def _replies(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, RecordDict], mtype: str, rnd: int,
-             decode: Any, bad: dict[int, str], stage: str) -> dict[int, Any]:
-    """Exchange one stage; decoded replies of the nodes that answered well, the rest into ``bad``."""
+             decode: Any, bad: dict[int, str], stage: str, clock: dict[str, float]) -> dict[int, Any]:
+    """Exchange one stage; decoded replies of the nodes that answered well, the rest into ``bad``.
+
+    ``clock[stage]`` gets the stage's wall seconds (messages out, node work, replies back).
+    """
+    t0 = time.perf_counter()
     out: dict[int, Any] = {}
     for node, r in exchange(grid, fed, nm, contents, mtype, rnd).items():
         why = failure(r)
@@ -51,6 +56,7 @@ def _replies(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
                 why = f"malformed reply: {err}"
         bad[node] = f"{stage}: {why}"
         log.warning("round %d: node %d dropped at secagg stage %s: %s", rnd, node, stage, why)
+    clock[stage] = time.perf_counter() - t0
     return out
 
 
@@ -67,6 +73,7 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str
     server = SecAggServer(params)
     bad: dict[int, str] = {}
     sid = setup.session
+    clock: dict[str, float] = {}
 
     plans = {}
     for node in nodes:
@@ -74,23 +81,25 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str
         sc.put_setup(codec.plan_record(rec), setup)
         plans[node] = rec
     keyed: dict[int, tuple[Keys, dict[str, float]]] = _replies(
-        grid, fed, nm, plans, codec.TRAIN, rnd, sc.decode_keys, bad, "advertise")
-    fields: dict[str, Any] = {"secagg_threshold": params.threshold, "secagg_bits": bits}
+        grid, fed, nm, plans, codec.TRAIN, rnd, sc.decode_keys, bad, "advertise", clock)
+    fields: dict[str, Any] = {"secagg_threshold": params.threshold, "secagg_bits": bits, "secagg_seconds": clock}
     if cfg.secagg.send_metrics:
         fields["train_returns"] = {str(n): m.get("train_return") for n, (_, m) in keyed.items()}
     try:
         routed_keys = server.collect_keys({n: k for n, (k, _) in keyed.items()})
         cts = _replies(grid, fed, nm, {n: sc.encode_share_request(n, rnd, sid, ks) for n, ks in routed_keys.items()},
-                       sc.SHARE, rnd, sc.decode_ciphertexts, bad, "share")
+                       sc.SHARE, rnd, sc.decode_ciphertexts, bad, "share", clock)
         routed = server.collect_shares(cts)
         masked: dict[int, Masked] = _replies(
             grid, fed, nm, {n: sc.encode_ciphertexts(n, rnd, sid, c) for n, c in routed.items()}, sc.MASK, rnd,
-            lambda rec: sc.decode_masked(rec, bits, setup.length), bad, "mask")
+            lambda rec: sc.decode_masked(rec, bits, setup.length), bad, "mask", clock)
         survivors, dropped = server.collect_masked(masked)
         shares = _replies(grid, fed, nm, {n: sc.encode_unmask_request(n, rnd, sid, survivors, dropped)
-                                          for n in survivors}, sc.UNMASK, rnd, sc.decode_shares, bad, "unmask")
+                                          for n in survivors}, sc.UNMASK, rnd, sc.decode_shares, bad, "unmask", clock)
+        t0 = time.perf_counter()
         total = server.unmask(shares)
         mean, ratio_sum = coding(cfg).decode_sum(total, len(survivors))
+        clock["server-unmask"] = time.perf_counter() - t0
     except (SecAggAbort, ValueError) as err:
         log.warning("round %d: secure aggregation aborted (%s); nothing was unmasked and the model is unchanged",
                     rnd, err)

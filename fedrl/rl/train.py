@@ -67,6 +67,15 @@ def hyper(algo: AlgoConfig) -> PPOHyper:
     )
 
 
+def round_lr(algo: AlgoConfig, rnd: int, total_rounds: int) -> float:
+    """Mean learning rate of round ``rnd``'s PPO iterations (the schedule ``train_locally`` follows)."""
+    if not algo.anneal_lr:
+        return algo.lr
+    iters = algo.iterations_per_round
+    total = max(1, total_rounds * iters)
+    return algo.lr * float(np.mean([max(0.0, 1.0 - ((rnd - 1) * iters + i) / total) for i in range(iters)]))
+
+
 def uses_norm(setting: str, spec: PolicySpec) -> bool:
     return setting == "on" or (setting == "auto" and spec.action_kind == "continuous")
 

@@ -9,7 +9,7 @@ from fedrl.compression.downlink import receive
 from fedrl.compression.pipeline import compress, flatten, rng_for
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation, Reply
+from fedrl.federation import Federation, Reply, uplink_scale
 from fedrl.flower import codec
 from fedrl.validate import check
 
@@ -25,7 +25,7 @@ def _reply(fed: Federation, node: int, shift: float, rnd: int) -> Reply:
     base = fed.sent(node)
     vec = flatten([w + np.float32(shift) for w in base]) - flatten(base)
     if fed.up.active:
-        c, _ = compress(vec, fed.up, rng_for(fed.up.name, 0, rnd, node), None)
+        c, _ = compress(vec / uplink_scale(fed.cfg, fed.up, rnd), fed.up, rng_for(fed.up.name, 0, rnd, node), None)
         r = Reply(node, [], 256, None, {"train_return": 1.0}, c)
     else:
         r = Reply(node, [w + np.float32(shift) for w in base], 256, None, {"train_return": 1.0})
