@@ -87,10 +87,10 @@ def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, re
             "final": [e["mean_return"] for e in summary["eval"]]}
 
 
-def compressors(flower: Flower, out: Path, reps: int) -> dict[str, list[dict]]:
+def compressors(flower: Flower, out: Path, reps: int, uplink: list[str], downlink: list[str]) -> dict[str, list[dict]]:
     results: dict[str, list[dict]] = {}
     for suite in ("cartpole", "pendulum"):
-        pairs = [(u, "none") for u in UPLINK] + ([("none", d) for d in DOWNLINK] if suite == "cartpole" else [])
+        pairs = [(u, "none") for u in uplink] + ([("none", d) for d in downlink] if suite == "cartpole" else [])
         for rep in range(reps):
             for up, down in pairs:  # interleaved over repetitions
                 r = compressor_run(flower, out, suite, up, down, rep)
@@ -190,6 +190,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--secagg-reps", type=int, default=0, help="repetitions for (b) (0: --reps)")
     ap.add_argument("--nodes", default="10,20,50,100", help="comma-separated N for (b)")
+    ap.add_argument("--uplink", default="", help="(a): only these uplink compressors (and none), e.g. topk,sign")
     ap.add_argument("--out", type=Path, default=REPO / "simulations" / "results-compression")
     args = ap.parse_args()
     sizes = [int(s) for s in args.nodes.split(",") if s.strip()]
@@ -203,7 +204,9 @@ def main() -> int:
     sec: dict[str, list[dict]] = {}
     try:
         if "compressors" in parts:
-            comp = compressors(flower, args.out, args.reps)
+            up = [u for u in UPLINK if not args.uplink or u == "none" or u.split(":")[0] in args.uplink.split(",")]
+            down = [d for d in DOWNLINK if not args.uplink]
+            comp = compressors(flower, args.out, args.reps, up, down)
         if "secagg" in parts:
             sec = secagg(flower, args.out, args.secagg_reps or args.reps, sizes)
     finally:
