@@ -212,7 +212,7 @@ class Federation:
             self._merge_moments(0, replies)
         self.env_steps += sum(r.env_steps for r in replies)
 
-    def aggregate_mean(self, mean: np.ndarray, ratio_sum: float, nodes: list[int]) -> None:
+    def aggregate_mean(self, mean: np.ndarray, ratio_sum: float) -> None:
         """Apply a weighted mean update that arrived as a sum (secure aggregation).
 
         ``ratio_sum`` is the securely summed weight in units of ``algo.local-steps``.

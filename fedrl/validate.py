@@ -93,14 +93,15 @@ def pipeline_error(cfg: Config) -> ConfigError | None:
     if sa.neighbors and (sa.neighbors % 2 or sa.neighbors >= n):
         return ConfigError("secagg.neighbors", f"got {sa.neighbors}; must be even and below nodes.count = {n} "
                                                "(0: every node, plain SecAgg)")
-    need = required_ring_bits(c.bits, n)
+    try:
+        need = required_ring_bits(c.bits, n)
+    except ValueError:
+        return ConfigError("compression.bits", f"compression.bits = {c.bits} with nodes.count = {n} needs a ring "
+                                               "wider than 32 bits; at most 32: lower compression.bits")
     if sa.bits and sa.bits < need:
         return ConfigError("secagg.bits", f"secagg.bits = {sa.bits} with compression.bits = {c.bits} and "
                                           f"nodes.count = {n}: a sum of {n} codes of {c.bits} bits needs {need} bits "
                                           "and would wrap around; raise secagg.bits or set it to 0 (auto)")
-    if need > 32:
-        return ConfigError("compression.bits", f"compression.bits = {c.bits} with nodes.count = {n} needs a "
-                                               f"{need}-bit ring; at most 32: lower compression.bits")
     return None
 
 

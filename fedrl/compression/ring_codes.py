@@ -23,11 +23,17 @@ import numpy as np
 
 from fedrl.compression.packing import pack_bits, unpack_bits
 from fedrl.compression.quantizers import Quantize
+from fedrl.config import Config
+from fedrl.secagg.ring import required_bits
 
 
 def required_ring_bits(code_bits: int, nodes: int) -> int:
-    """Smallest ring width whose values hold the sum of ``nodes`` codes of ``code_bits`` bits."""
-    return int(nodes * ((1 << code_bits) - 1)).bit_length()
+    """Smallest ring width whose values hold the sum of ``nodes`` codes of ``code_bits`` bits.
+
+    Raises:
+        ValueError: if that is more than 32 bits (``fedrl.secagg.ring.required_bits``).
+    """
+    return required_bits((1 << code_bits) - 1, nodes)
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,11 @@ class RingCoding:
     bits: int  # code bits per coordinate (compression.bits)
     clip: float  # shared quantization range (secagg.clip-range)
     weight_bound: float  # env steps that count as weight 1 (algo.local-steps)
+
+    @classmethod
+    def for_config(cls, cfg: Config) -> RingCoding:
+        """``compression.bits`` codes over ``[-secagg.clip-range, secagg.clip-range]``, weight 1 at ``algo.local-steps``."""
+        return cls(cfg.compression.bits, cfg.secagg.clip_range, float(cfg.algo.local_steps))
 
     @property
     def levels(self) -> int:

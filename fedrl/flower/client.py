@@ -37,6 +37,7 @@ class Setup:
     template: list[np.ndarray]  # parameter shapes
     up: Stage
     down: Stage
+    env_kwargs: dict[str, object]
 
 
 @functools.lru_cache(maxsize=4)
@@ -45,7 +46,7 @@ def _setup(run_config_json: str) -> Setup:
     variants = variants_of(cfg)
     spec = policy_spec(cfg, variants[0])
     return Setup(cfg, variants, spec, get_weights(ActorCritic(spec)),
-                 stage(cfg.compression, "up"), stage(cfg.compression, "down"))
+                 stage(cfg.compression, "up"), stage(cfg.compression, "down"), dict(parse_kwargs(cfg.env.kwargs)))
 
 
 def setup(context: Context) -> Setup:
@@ -62,29 +63,27 @@ def handle_train(msg: Message, context: Context) -> Message:
     maybe_fail(cfg, plan.round, plan.node, "train")
     state = codec.load_node_state(context.state, plan.node)
     weights, kept = receive(dl, su.down, state.arrays, plan.round, su.template)
-    envs = make_vector_env(cfg.env.id, [su.variants[plan.node]] * cfg.algo.num_envs,
-                           dict(parse_kwargs(cfg.env.kwargs)))
+    envs = make_vector_env(cfg.env.id, [su.variants[plan.node]] * cfg.algo.num_envs, dict(su.env_kwargs))
     try:
         res = train_locally(su.spec, weights, envs, cfg.algo, plan, state)
     finally:
         envs.close()
     kept.update(res.state.arrays)
+    delta = flatten(res.weights) - flatten(weights)
     setup_sa = secure_codec.get_setup(codec.plan_record(msg.content))
     if setup_sa is not None:  # secure aggregation: reply with public keys; the update stays here, masked later
         codec.store_node_state(context.state, plan.node, NodeState(kept))
-        delta = flatten(res.weights) - flatten(weights)
         content = secure_client.start(cfg, context, plan.node, plan.round, setup_sa, delta, res.env_steps, res.metrics)
         return Message(content, reply_to=msg)
     update, ef_base = None, -1
     if su.up.active:
-        vec = flatten(res.weights) - flatten(weights)
         rng = rng_for(su.up.name, plan.seed, plan.round, plan.node)
         if su.up.ef21:
-            update, ef_base, ef_state = ef21.node_encode(vec, plan.ef_base, su.up, rng, state.arrays, plan.round)
+            update, ef_base, ef_state = ef21.node_encode(delta, plan.ef_base, su.up, rng, state.arrays, plan.round)
             kept.update(ef_state)
         else:
             scale = uplink_scale(cfg, su.up, plan.round)
-            update, residual = compress(vec / scale, su.up, rng, state.arrays.get(RESIDUAL_KEY))
+            update, residual = compress(delta / scale, su.up, rng, state.arrays.get(RESIDUAL_KEY))
             if residual is not None:
                 kept[RESIDUAL_KEY] = residual
     codec.store_node_state(context.state, plan.node, NodeState(kept))

@@ -65,8 +65,8 @@ def _int(cr: ConfigRecord, key: str) -> int:
     return v
 
 
-def _moments_record(m: Moments | None) -> ArrayRecord:
-    return ArrayRecord([m.to_array()] if m is not None else [])
+def _moments_record(m: Moments) -> ArrayRecord:
+    return ArrayRecord([m.to_array()])
 
 
 def _moments_from(rec: RecordDict) -> Moments | None:

@@ -24,10 +24,6 @@ from fedrl.seeding import SECAGG, derive
 _KEY = "fedrl.secagg"
 
 
-def coding(cfg: Config) -> RingCoding:
-    return RingCoding(cfg.compression.bits, cfg.secagg.clip_range, float(cfg.algo.local_steps))
-
-
 def start(cfg: Config, context: Context, node: int, rnd: int, setup: sc.Setup, delta: np.ndarray,
           env_steps: int, metrics: dict[str, float]) -> RecordDict:
     """Encode the trained update, open the session and return the stage-1 reply (public keys)."""
@@ -38,7 +34,7 @@ def start(cfg: Config, context: Context, node: int, rnd: int, setup: sc.Setup, d
         raise WireError(f"the server expects {setup.length} ring elements, this update has {delta.size + 1}")
     params = make_params(rnd, setup.session, setup.nodes, setup.neighbors, setup.threshold, setup.bits,
                          setup.length, setup.graph_seed)
-    x = coding(cfg).encode(delta, env_steps, np.random.default_rng(derive(cfg.seed, SECAGG, rnd, node)))
+    x = RingCoding.for_config(cfg).encode(delta, env_steps, np.random.default_rng(derive(cfg.seed, SECAGG, rnd, node)))
     session = ClientSession.new(node, params)
     keys = session.advertise()
     _store(context, node, params, session, x, cfg.compression.bits)

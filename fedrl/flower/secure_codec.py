@@ -78,16 +78,31 @@ def _head(node: int, rnd: int, session: bytes) -> ConfigRecord:
 
 def head(rec: RecordDict) -> tuple[int, int, bytes]:
     """(node, round, session) of any stage message."""
-    if _SA not in rec.config_records:
-        raise WireError(f"missing config record '{_SA}'")
-    cr = rec.config_records[_SA]
+    cr = _body(rec)
     return _int(cr, "node"), _int(cr, "round"), _bytes(cr, "session")
 
 
-def _pairs(ids: list[int], blobs: list[bytes], what: str) -> dict[int, bytes]:
-    if len(ids) != len(blobs) or len(set(ids)) != len(ids):
-        raise WireError(f"malformed {what}: {len(ids)} ids, {len(blobs)} values")
-    return dict(zip(ids, blobs, strict=True))
+def _body(rec: RecordDict) -> ConfigRecord:
+    if _SA not in rec.config_records:
+        raise WireError(f"missing config record '{_SA}'")
+    return rec.config_records[_SA]
+
+
+def _encode_map(node: int, rnd: int, session: bytes, m: dict[int, bytes], ids: str, values: str) -> RecordDict:
+    """``{peer: bytes}`` as two parallel lists (sorted by peer) under ``ids`` and ``values``."""
+    cr = _head(node, rnd, session)
+    order = sorted(m)
+    cr.update({ids: order, values: [m[i] for i in order]})
+    return RecordDict({_SA: cr})
+
+
+def _decode_map(rec: RecordDict, ids: str, values: str, what: str) -> dict[int, bytes]:
+    head(rec)
+    cr = _body(rec)
+    keys, blobs = _ints(cr, ids), _blobs(cr, values)
+    if len(keys) != len(blobs) or len(set(keys)) != len(keys):
+        raise WireError(f"malformed {what}: {len(keys)} ids, {len(blobs)} values")
+    return dict(zip(keys, blobs, strict=True))
 
 
 # --- stage 1 reply (to the training plan): public keys, optional clear metrics ---------------
@@ -102,7 +117,7 @@ def encode_keys(k: Keys, metrics: dict[str, float] | None) -> RecordDict:
 
 def decode_keys(rec: RecordDict) -> tuple[Keys, dict[str, float]]:
     node, rnd, session = head(rec)
-    cr = rec.config_records[_SA]
+    cr = _body(rec)
     m = {k[len("metric."):]: float(cast(float, v)) for k, v in cr.items()
          if k.startswith("metric.") and isinstance(v, float)}
     return Keys(node, rnd, session, _bytes(cr, "c-pk"), _bytes(cr, "s-pk")), m
@@ -118,7 +133,7 @@ def encode_share_request(node: int, rnd: int, session: bytes, keys: dict[int, tu
 
 def decode_share_request(rec: RecordDict) -> dict[int, tuple[bytes, bytes]]:
     head(rec)
-    cr = rec.config_records[_SA]
+    cr = _body(rec)
     ids, c, s = _ints(cr, "ids"), _blobs(cr, "c-pks"), _blobs(cr, "s-pks")
     if not len(ids) == len(c) == len(s) or len(set(ids)) != len(ids):
         raise WireError("malformed neighbour keys")
@@ -127,16 +142,11 @@ def decode_share_request(rec: RecordDict) -> dict[int, tuple[bytes, bytes]]:
 
 def encode_ciphertexts(node: int, rnd: int, session: bytes, cts: dict[int, bytes]) -> RecordDict:
     """Both directions of stage 2/3: ``{peer: ciphertext}`` (to receivers, or from senders)."""
-    cr = _head(node, rnd, session)
-    ids = sorted(cts)
-    cr.update({"peers": ids, "cts": [cts[i] for i in ids]})
-    return RecordDict({_SA: cr})
+    return _encode_map(node, rnd, session, cts, "peers", "cts")
 
 
 def decode_ciphertexts(rec: RecordDict) -> dict[int, bytes]:
-    head(rec)
-    cr = rec.config_records[_SA]
-    return _pairs(_ints(cr, "peers"), _blobs(cr, "cts"), "ciphertexts")
+    return _decode_map(rec, "peers", "cts", "ciphertexts")
 
 
 # --- stage 3 reply: the masked vector, packed at the ring's bit width -----------------------
@@ -154,7 +164,7 @@ def decode_masked(rec: RecordDict, bits: int, length: int) -> Masked:
         y = unpack_ring(rec.array_records[_Y]["y"].numpy(), bits, length)
     except ValueError as err:
         raise WireError(str(err)) from err
-    return Masked(node, rnd, session, y, tuple(_ints(rec.config_records[_SA], "rejected")))
+    return Masked(node, rnd, session, y, tuple(_ints(_body(rec), "rejected")))
 
 
 # --- stage 4: who survived out, shares back --------------------------------------------------
@@ -166,18 +176,13 @@ def encode_unmask_request(node: int, rnd: int, session: bytes, survivors: list[i
 
 def decode_unmask_request(rec: RecordDict) -> tuple[list[int], list[int]]:
     head(rec)
-    cr = rec.config_records[_SA]
+    cr = _body(rec)
     return _ints(cr, "survivors"), _ints(cr, "dropped")
 
 
 def encode_shares(node: int, rnd: int, session: bytes, shares: dict[int, bytes]) -> RecordDict:
-    cr = _head(node, rnd, session)
-    ids = sorted(shares)
-    cr.update({"owners": ids, "shares": [shares[i] for i in ids]})
-    return RecordDict({_SA: cr})
+    return _encode_map(node, rnd, session, shares, "owners", "shares")
 
 
 def decode_shares(rec: RecordDict) -> dict[int, bytes]:
-    head(rec)
-    cr = rec.config_records[_SA]
-    return _pairs(_ints(cr, "owners"), _blobs(cr, "shares"), "shares")
+    return _decode_map(rec, "owners", "shares", "shares")

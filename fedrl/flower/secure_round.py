@@ -26,11 +26,10 @@ from typing import Any
 from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
-from fedrl.compression.ring_codes import required_ring_bits
+from fedrl.compression.ring_codes import RingCoding, required_ring_bits
 from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
-from fedrl.flower.secure_client import coding
 from fedrl.flower.transport import NodeMap, exchange, failure
 from fedrl.secagg import Keys, Masked, SecAggAbort, SecAggServer, make_params
 from fedrl.seeding import SECAGG, derive
@@ -85,6 +84,11 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str
     fields: dict[str, Any] = {"secagg_threshold": params.threshold, "secagg_bits": bits, "secagg_seconds": clock}
     if cfg.secagg.send_metrics:
         fields["train_returns"] = {str(n): m.get("train_return") for n, (_, m) in keyed.items()}
+
+    def outcome(trained: list[int], aborted: str | None) -> dict[str, Any]:
+        return {**fields, "nodes_trained": trained, "nodes_failed": {str(k): v for k, v in bad.items()},
+                "secagg_aborted": aborted}
+
     try:
         routed_keys = server.collect_keys({n: k for n, (k, _) in keyed.items()})
         cts = _replies(grid, fed, nm, {n: sc.encode_share_request(n, rnd, sid, ks) for n, ks in routed_keys.items()},
@@ -98,22 +102,19 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str
                                           for n in survivors}, sc.UNMASK, rnd, sc.decode_shares, bad, "unmask", clock)
         t0 = time.perf_counter()
         total = server.unmask(shares)
-        mean, ratio_sum = coding(cfg).decode_sum(total, len(survivors))
+        mean, ratio_sum = RingCoding.for_config(cfg).decode_sum(total, len(survivors))
         clock["server-unmask"] = time.perf_counter() - t0
     except (SecAggAbort, ValueError) as err:
         log.warning("round %d: secure aggregation aborted (%s); nothing was unmasked and the model is unchanged",
                     rnd, err)
         fed.note_delivery(rnd, [], nodes)
-        return {**fields, "nodes_trained": [], "nodes_failed": {str(k): v for k, v in bad.items()},
-                "secagg_aborted": str(err)}
+        return outcome([], str(err))
     for n in dropped:
         bad.setdefault(n, "excluded by the secure-aggregation protocol")
     fed.note_delivery(rnd, survivors, [n for n in nodes if n not in survivors])
     if len(survivors) < min(cfg.min_train_nodes, len(nodes)):
         log.warning("round %d: %d nodes in the secure sum, fewer than min-train-nodes = %d; the model is unchanged",
                     rnd, len(survivors), cfg.min_train_nodes)
-        return {**fields, "nodes_trained": [], "nodes_failed": {str(k): v for k, v in bad.items()},
-                "secagg_aborted": None}
-    fed.aggregate_mean(mean, ratio_sum, survivors)
-    return {**fields, "nodes_trained": survivors, "nodes_failed": {str(k): v for k, v in bad.items()},
-            "secagg_aborted": None}
+        return outcome([], None)
+    fed.aggregate_mean(mean, ratio_sum)
+    return outcome(survivors, None)
