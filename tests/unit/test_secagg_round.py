@@ -26,8 +26,15 @@ def plain_sum(xs: dict[int, np.ndarray], nodes: tuple[int, ...], bits: int) -> l
 
 
 def expected_survivors(p: Params, drop: dict[str, set[int]]) -> tuple[int, ...]:
-    gone = drop.get("advertise", set()) | drop.get("share", set()) | drop.get("mask", set())
-    return tuple(u for u in p.nodes if u not in gone)
+    """Nodes that answered through the mask stage and whose secrets enough live holders can rebuild.
+
+    A node whose holders (itself included) that sent shares number fewer than ``threshold`` can
+    never be unmasked, so it leaves the round; that can starve another node, hence the fixed point.
+    """
+    u2 = {u for u in p.nodes if u not in drop.get("advertise", set()) | drop.get("share", set())}
+    while short := {u for u in u2 if len(set(p.holders(u)) & u2) < p.threshold}:
+        u2 -= short
+    return tuple(u for u in p.nodes if u in u2 and u not in drop.get("mask", set()))
 
 
 @pytest.mark.parametrize("bits", [1, 7, 16, 32])
