@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark import BIN, REPO, SUITES, Flower, _join
 
 ROUNDS = {"cartpole": 30, "pendulum": 40}  # CartPole: the default num-server-rounds
-UPLINK = ["none", "fp16", "bf16", "quantize", "qsgd", "topk", "topk:0.05", "randk", "sign"]  # name[:fraction]
+UPLINK = ["none", "fp16", "bf16", "quantize", "qsgd", "topk", "topk:0.05", "randk", "sign"]  # name[:fraction[:ef]]
 DOWNLINK = ["fp16", "quantize", "topk"]
 KNOBS = "compression.bits=8 compression.fraction=0.01 compression.levels=16"
 PARAMS_B = 103_715  # parameters of the 224x224 CartPole actor-critic
@@ -72,12 +72,13 @@ def _per_node_round(rows: list[dict], key: str, skip: int = 0) -> float:
 
 
 # --- (a) compressors ------------------------------------------------------------------------
-def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, rep: int) -> dict:
+def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, rep: int, extra: str = "") -> dict:
     name = f"{suite}-up-{up}-down-{down}-{rep}".replace(":", "@")
     shutil.rmtree(out / name, ignore_errors=True)
     common = SUITES[suite]["common"].replace("eval.stop-at-target=true", "eval.stop-at-target=false")
-    up_name, _, fraction = up.partition(":")
-    knobs = _join(KNOBS, f"compression.fraction={fraction}" if fraction else "")
+    up_name, fraction, ef = (up.split(":") + ["", ""])[:3]
+    knobs = _join(KNOBS, f"compression.fraction={fraction}" if fraction else "",
+                  f"compression.error-feedback='{ef}'" if ef else "", extra)
     rc = _join(common, f"num-server-rounds={ROUNDS[suite]} eval.every=0 seed={rep} output-dir='{out}' "
                        f"run-name='{name}' {knobs} compression.up='{up_name}' compression.down='{down}'")
     _fedrl(flower, rc, 8)
@@ -87,13 +88,14 @@ def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, re
             "final": [e["mean_return"] for e in summary["eval"]]}
 
 
-def compressors(flower: Flower, out: Path, reps: int, uplink: list[str], downlink: list[str]) -> dict[str, list[dict]]:
+def compressors(flower: Flower, out: Path, reps: int, uplink: list[str], downlink: list[str],
+                suites: tuple[str, ...] = ("cartpole", "pendulum"), extra: str = "") -> dict[str, list[dict]]:
     results: dict[str, list[dict]] = {}
-    for suite in ("cartpole", "pendulum"):
+    for suite in suites:
         pairs = [(u, "none") for u in uplink] + ([("none", d) for d in downlink] if suite == "cartpole" else [])
         for rep in range(reps):
             for up, down in pairs:  # interleaved over repetitions
-                r = compressor_run(flower, out, suite, up, down, rep)
+                r = compressor_run(flower, out, suite, up, down, rep, extra)
                 results.setdefault(f"{suite}/{up}/{down}", []).append(r)
                 print(f"[{suite} rep {rep}] up={up:<8} down={down:<8} up {r['bytes_up']:,.0f} B/node/round  "
                       f"down {r['bytes_down']:,.0f}  final mean {np.mean(r['final']):.1f}", flush=True)
@@ -190,7 +192,11 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--secagg-reps", type=int, default=0, help="repetitions for (b) (0: --reps)")
     ap.add_argument("--nodes", default="10,20,50,100", help="comma-separated N for (b)")
-    ap.add_argument("--uplink", default="", help="(a): only these uplink compressors (and none), e.g. topk,sign")
+    ap.add_argument("--uplink", default="",
+                    help="(a): only these uplink compressors (and none), e.g. topk,sign; an entry with a colon "
+                         "is run as given: name:fraction[:error-feedback], e.g. topk:0.1:off")
+    ap.add_argument("--suite", choices=["cartpole", "pendulum"], action="append", help="(a): only this suite")
+    ap.add_argument("--set", default="", help="(a): extra run-config for every run, e.g. \"algo.lr=0.001\"")
     ap.add_argument("--out", type=Path, default=REPO / "simulations" / "results-compression")
     args = ap.parse_args()
     sizes = [int(s) for s in args.nodes.split(",") if s.strip()]
@@ -204,9 +210,12 @@ def main() -> int:
     sec: dict[str, list[dict]] = {}
     try:
         if "compressors" in parts:
-            up = [u for u in UPLINK if not args.uplink or u == "none" or u.split(":")[0] in args.uplink.split(",")]
-            down = [d for d in DOWNLINK if not args.uplink]
-            comp = compressors(flower, args.out, args.reps, up, down)
+            asked = [u.strip() for u in args.uplink.split(",") if u.strip()]
+            up = [u for u in UPLINK if not asked or u == "none" or u.split(":")[0] in asked]
+            up += [u for u in asked if ":" in u and u not in up]
+            down = [d for d in DOWNLINK if not asked]
+            comp = compressors(flower, args.out, args.reps, up, down, tuple(args.suite or ("cartpole", "pendulum")),
+                               args.set)
         if "secagg" in parts:
             sec = secagg(flower, args.out, args.secagg_reps or args.reps, sizes)
     finally:
