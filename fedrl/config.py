@@ -180,7 +180,8 @@ class NodesConfig:
                               _unit_closed)
     dropout_stage: Literal["train", "advertise", "share", "mask", "unmask", "any"] = opt(
         "nodes.dropout-stage", "any",
-        "where injected dropouts happen: train, or a secure-aggregation stage; any: a seeded random stage")
+        "where injected dropouts happen: train, or a secure-aggregation stage (advertise: the keys request, or "
+        "the train reply when keys were sent ahead); any: a seeded random stage")
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ def make_client_app(train: Handler = handle_train) -> ClientApp:
         return handle_query(msg, context)
 
     # Secure aggregation's later stages (fedrl.flower.secure_codec: "train.secagg_<stage>").
-    share, mask, unmask = handle_secure("share"), handle_secure("mask"), handle_secure("unmask")
-    app.train("secagg_share")(share)
+    keys, mask, unmask = handle_secure("keys"), handle_secure("mask"), handle_secure("unmask")
+    app.train("secagg_keys")(keys)
     app.train("secagg_mask")(mask)
     app.train("secagg_unmask")(unmask)
 

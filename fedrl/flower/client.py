@@ -61,6 +61,9 @@ def handle_train(msg: Message, context: Context) -> Message:
     if not 0 <= plan.node < len(su.variants):
         raise ValueError(f"plan for node {plan.node}, but nodes.count is {len(su.variants)}")
     maybe_fail(cfg, plan.round, plan.node, "train")
+    setup_sa = secure_codec.get_setup(codec.plan_record(msg.content))
+    if setup_sa is not None and not secure_client.has_keys(context, plan.node):
+        raise codec.WireError(f"node {plan.node} holds no secure-aggregation keys for this round")
     state = codec.load_node_state(context.state, plan.node)
     weights, kept = receive(dl, su.down, state.arrays, plan.round, su.template)
     envs = make_vector_env(cfg.env.id, [su.variants[plan.node]] * cfg.algo.num_envs, dict(su.env_kwargs))
@@ -70,10 +73,10 @@ def handle_train(msg: Message, context: Context) -> Message:
         envs.close()
     kept.update(res.state.arrays)
     delta = flatten(res.weights) - flatten(weights)
-    setup_sa = secure_codec.get_setup(codec.plan_record(msg.content))
-    if setup_sa is not None:  # secure aggregation: reply with public keys; the update stays here, masked later
+    if setup_sa is not None:  # secure aggregation: reply with encrypted shares; the update stays here, masked later
         codec.store_node_state(context.state, plan.node, NodeState(kept))
-        content = secure_client.start(cfg, context, plan.node, plan.round, setup_sa, delta, res.env_steps, res.metrics)
+        content = secure_client.start(cfg, context, plan.node, plan.round, codec.plan_record(msg.content), setup_sa,
+                                      delta, res.env_steps, res.metrics)
         return Message(content, reply_to=msg)
     update, ef_base = None, -1
     if su.up.active:
@@ -100,8 +103,8 @@ def handle_query(msg: Message, context: Context) -> Message:
 
 
 def handle_secure(stage: str) -> Callable[[Message, Context], Message]:
-    """The handler of a secure-aggregation stage message (``share``, ``mask`` or ``unmask``)."""
-    fn = {"share": secure_client.handle_share, "mask": secure_client.handle_mask,
+    """The handler of a secure-aggregation stage message (``keys``, ``mask`` or ``unmask``)."""
+    fn = {"keys": secure_client.handle_keys, "mask": secure_client.handle_mask,
           "unmask": secure_client.handle_unmask}[stage]
 
     def handle(msg: Message, context: Context) -> Message:

@@ -1,16 +1,18 @@
 """Node side of secure aggregation: each stage is one message, the session lives in ``context.state``.
 
-After training, the node turns its update into ring codes (``RingCoding``: weight folded in,
-clipped, quantized), starts a ``secagg.ClientSession`` and answers the plan with its public keys.
-The codes and the session (which holds secrets) stay in the node's ``context.state`` between
-stages and are erased after unmasking. A stage message for another round or session than the
-stored one is refused.
+Keys go out ahead: a node answers a ``keys`` request, and every unmask, with two fresh public
+keys whose private halves wait in ``context.state`` for its next session (used once, then
+erased). The training plan then carries the neighbours' public keys, so after training the node
+turns its update into ring codes (``RingCoding``: weight folded in, clipped, quantized), opens
+its ``secagg.ClientSession`` and answers with its encrypted shares. The codes and the session
+(which holds secrets) stay in the node's ``context.state`` between stages and are erased after
+unmasking. A stage message for another round or session than the stored one is refused.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from fedrl.compression.packing import pack_bits, unpack_bits
 from fedrl.compression.ring_codes import RingCoding, required_ring_bits
@@ -18,28 +20,75 @@ from fedrl.config import Config
 from fedrl.dropout import maybe_fail
 from fedrl.flower import secure_codec as sc
 from fedrl.flower.codec import REPORTED_METRICS, WireError
-from fedrl.secagg import ClientSession, Params, make_params
+from fedrl.secagg import ClientSession, Keys, Params, make_params
+from fedrl.secagg.crypto import KEY_BYTES, KeyPair
 from fedrl.seeding import SECAGG, derive
 
 _KEY = "fedrl.secagg"
 
 
-def start(cfg: Config, context: Context, node: int, rnd: int, setup: sc.Setup, delta: np.ndarray,
-          env_steps: int, metrics: dict[str, float]) -> RecordDict:
-    """Encode the trained update, open the session and return the stage-1 reply (public keys)."""
+def _keys_key(node: int) -> str:
+    return f"{_KEY}-next{node}"
+
+
+def _new_keys(context: Context, node: int) -> tuple[bytes, bytes]:
+    """Make and keep the private keys of this node's next session; return their public halves."""
+    c, s = KeyPair.generate(), KeyPair.generate()
+    blob = np.frombuffer(c.private + s.private, dtype=np.uint8).copy()
+    context.state[_keys_key(node)] = ArrayRecord({"sk": Array(blob)})
+    return c.public, s.public
+
+
+def has_keys(context: Context, node: int) -> bool:
+    """Whether this node holds private keys for a session (checked before training)."""
+    return _keys_key(node) in context.state.array_records
+
+
+def _take_keys(context: Context, node: int) -> tuple[bytes, bytes]:
+    if not has_keys(context, node):
+        raise WireError(f"node {node} holds no secure-aggregation keys; the server must ask for them first")
+    raw = context.state.array_records[_keys_key(node)]["sk"].numpy().tobytes()
+    del context.state[_keys_key(node)]  # one session per key pair
+    if len(raw) != 2 * KEY_BYTES:
+        raise WireError(f"node {node}: stored keys are malformed")
+    return raw[:KEY_BYTES], raw[KEY_BYTES:]
+
+
+def handle_keys(msg: Message, context: Context, cfg: Config) -> Message:
+    """The ``keys`` request: fresh key pairs for this node's next session, public halves back."""
+    node, rnd, session = sc.head(msg.content)
+    maybe_fail(cfg, rnd, node, "advertise")
+    c_pk, s_pk = _new_keys(context, node)
+    return Message(sc.encode_keys(Keys(node, rnd, session, c_pk, s_pk)), reply_to=msg)
+
+
+def start(cfg: Config, context: Context, node: int, rnd: int, plan: ConfigRecord, setup: sc.Setup,
+          delta: np.ndarray, env_steps: int, metrics: dict[str, float]) -> RecordDict:
+    """Encode the trained update, open the session and return its encrypted shares.
+
+    ``plan`` carries the node's own public keys as the server routes them and its neighbours'
+    keys; a mismatch with the keys this node advertised is refused.
+    """
     need = required_ring_bits(cfg.compression.bits, len(setup.nodes))
     if setup.bits < need:
         raise WireError(f"the server asks for a {setup.bits}-bit ring; {len(setup.nodes)} nodes need {need}")
     if setup.length != delta.size + 1:
         raise WireError(f"the server expects {setup.length} ring elements, this update has {delta.size + 1}")
+    own, neighbours = sc.get_keys(plan)
+    c_sk, s_sk = _take_keys(context, node)
+    if (KeyPair.from_private(c_sk).public, KeyPair.from_private(s_sk).public) != own:
+        raise WireError(f"node {node}: the plan routes other public keys for this node than it advertised")
     params = make_params(rnd, setup.session, setup.nodes, setup.neighbors, setup.threshold, setup.bits,
                          setup.length, setup.graph_seed)
     x = RingCoding.for_config(cfg).encode(delta, env_steps, np.random.default_rng(derive(cfg.seed, SECAGG, rnd, node)))
-    session = ClientSession.new(node, params)
-    keys = session.advertise()
-    _store(context, node, params, session, x, cfg.compression.bits)
+    session = ClientSession.new(node, params, (c_sk, s_sk))
+    session.advertise()  # the server already holds these keys
     maybe_fail(cfg, rnd, node, "advertise")
-    return sc.encode_keys(keys, {k: v for k, v in metrics.items() if k in REPORTED_METRICS} if cfg.secagg.send_metrics else None)
+    maybe_fail(cfg, rnd, node, "share")
+    cts = session.share(neighbours)
+    _store(context, node, params, session, x, cfg.compression.bits)
+    clear = {k: v for k, v in metrics.items() if k in REPORTED_METRICS} if cfg.secagg.send_metrics else None
+    return sc.encode_ciphertexts(node, rnd, setup.session, cts, clear)
 
 
 def _store(context: Context, node: int, params: Params, session: ClientSession, x: np.ndarray | None,
@@ -71,14 +120,6 @@ def _load(context: Context, msg: Message) -> tuple[int, Params, ClientSession, n
     return node, params, session, unpack_bits(arrays["x"], code_bits, n).astype(np.uint64)
 
 
-def handle_share(msg: Message, context: Context, cfg: Config) -> Message:
-    node, params, session, x = _load(context, msg)
-    maybe_fail(cfg, params.round, node, "share")
-    cts = session.share(sc.decode_share_request(msg.content))
-    _store(context, node, params, session, x, cfg.compression.bits)
-    return Message(sc.encode_ciphertexts(node, params.round, params.session, cts), reply_to=msg)
-
-
 def handle_mask(msg: Message, context: Context, cfg: Config) -> Message:
     node, params, session, x = _load(context, msg)
     if x is None:
@@ -95,4 +136,5 @@ def handle_unmask(msg: Message, context: Context, cfg: Config) -> Message:
     survivors, dropped = sc.decode_unmask_request(msg.content)
     shares = session.unmask(survivors, dropped)
     del context.state[f"{_KEY}{node}"]  # the session is spent: forget its secrets
-    return Message(sc.encode_shares(node, params.round, params.session, shares), reply_to=msg)
+    return Message(sc.encode_shares(node, params.round, params.session, shares, _new_keys(context, node)),
+                   reply_to=msg)

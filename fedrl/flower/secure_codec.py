@@ -1,5 +1,10 @@
 """Wire format of the secure-aggregation stages (the message keys live here and in ``codec``).
 
+Stages (``fedrl.flower.secure_round``): ``keys`` (only to nodes that hold no keys for the
+round), the training plan with the round's setup and the neighbours' public keys (answered with
+encrypted shares), ``mask`` and ``unmask`` (answered with shares and the node's keys for its
+next round).
+
 Stage messages are one ``ConfigRecord`` each (ints, bytes and lists of them), plus the packed
 masked vector as one uint8 array. Every message names its node, round and session; the
 receiving side checks them (``SecAggServer`` on the server, ``check_session`` on the node), so
@@ -18,7 +23,7 @@ from fedrl.compression.ring_codes import pack_ring, unpack_ring
 from fedrl.flower.codec import WireError, _int
 from fedrl.secagg import Keys, Masked
 
-SHARE, MASK, UNMASK = "train.secagg_share", "train.secagg_mask", "train.secagg_unmask"
+KEYS, MASK, UNMASK = "train.secagg_keys", "train.secagg_mask", "train.secagg_unmask"
 _SA, _Y = "secagg", "masked"
 
 
@@ -39,6 +44,22 @@ def put_setup(cr: ConfigRecord, s: Setup) -> None:
     cr.update({"sa.session": s.session, "sa.nodes": s.nodes, "sa.neighbors": s.neighbors,
                "sa.threshold": float(s.threshold), "sa.bits": s.bits, "sa.length": s.length,
                "sa.graph-seed": s.graph_seed})
+
+
+def put_keys(cr: ConfigRecord, own: tuple[bytes, bytes], neighbours: dict[int, tuple[bytes, bytes]]) -> None:
+    """Add to a plan the node's own public keys (as the server will route them) and its neighbours'."""
+    ids = sorted(neighbours)
+    cr.update({"sa.own-pks": list(own), "sa.ids": ids, "sa.c-pks": [neighbours[i][0] for i in ids],
+               "sa.s-pks": [neighbours[i][1] for i in ids]})
+
+
+def get_keys(cr: ConfigRecord) -> tuple[tuple[bytes, bytes], dict[int, tuple[bytes, bytes]]]:
+    """Inverse of :func:`put_keys`."""
+    own = _blobs(cr, "sa.own-pks")
+    ids, c, s = _ints(cr, "sa.ids"), _blobs(cr, "sa.c-pks"), _blobs(cr, "sa.s-pks")
+    if len(own) != 2 or not len(ids) == len(c) == len(s) or len(set(ids)) != len(ids):
+        raise WireError("malformed public keys in the plan")
+    return (own[0], own[1]), {i: (a, b) for i, a, b in zip(ids, c, s, strict=True)}
 
 
 def get_setup(cr: ConfigRecord) -> Setup | None:
@@ -105,48 +126,44 @@ def _decode_map(rec: RecordDict, ids: str, values: str, what: str) -> dict[int, 
     return dict(zip(keys, blobs, strict=True))
 
 
-# --- stage 1 reply (to the training plan): public keys, optional clear metrics ---------------
-def encode_keys(k: Keys, metrics: dict[str, float] | None) -> RecordDict:
+# --- keys: the request (head only) and the reply (two public keys) -------------------------
+def encode_keys_request(node: int, rnd: int, session: bytes) -> RecordDict:
+    return RecordDict({_SA: _head(node, rnd, session)})
+
+
+def encode_keys(k: Keys) -> RecordDict:
     cr = _head(k.node, k.round, k.session)
     cr.update({"c-pk": k.c_pk, "s-pk": k.s_pk})
+    return RecordDict({_SA: cr})
+
+
+def decode_keys(rec: RecordDict) -> Keys:
+    node, rnd, session = head(rec)
+    cr = _body(rec)
+    return Keys(node, rnd, session, _bytes(cr, "c-pk"), _bytes(cr, "s-pk"))
+
+
+# --- ciphertexts: the reply to the plan (with optional clear metrics), and the mask request -
+def encode_ciphertexts(node: int, rnd: int, session: bytes, cts: dict[int, bytes],
+                       metrics: dict[str, float] | None = None) -> RecordDict:
+    """Both directions: ``{peer: ciphertext}`` (from this sender, or to this receiver)."""
+    rec = _encode_map(node, rnd, session, cts, "peers", "cts")
+    cr = _body(rec)
     for name, v in (metrics or {}).items():
         if np.isfinite(v):
             cr[f"metric.{name}"] = float(v)
-    return RecordDict({_SA: cr})
-
-
-def decode_keys(rec: RecordDict) -> tuple[Keys, dict[str, float]]:
-    node, rnd, session = head(rec)
-    cr = _body(rec)
-    m = {k[len("metric."):]: float(cast(float, v)) for k, v in cr.items()
-         if k.startswith("metric.") and isinstance(v, float)}
-    return Keys(node, rnd, session, _bytes(cr, "c-pk"), _bytes(cr, "s-pk")), m
-
-
-# --- stage 2: neighbours' keys out, encrypted shares back ----------------------------------
-def encode_share_request(node: int, rnd: int, session: bytes, keys: dict[int, tuple[bytes, bytes]]) -> RecordDict:
-    cr = _head(node, rnd, session)
-    ids = sorted(keys)
-    cr.update({"ids": ids, "c-pks": [keys[i][0] for i in ids], "s-pks": [keys[i][1] for i in ids]})
-    return RecordDict({_SA: cr})
-
-
-def decode_share_request(rec: RecordDict) -> dict[int, tuple[bytes, bytes]]:
-    head(rec)
-    cr = _body(rec)
-    ids, c, s = _ints(cr, "ids"), _blobs(cr, "c-pks"), _blobs(cr, "s-pks")
-    if not len(ids) == len(c) == len(s) or len(set(ids)) != len(ids):
-        raise WireError("malformed neighbour keys")
-    return {i: (a, b) for i, a, b in zip(ids, c, s, strict=True)}
-
-
-def encode_ciphertexts(node: int, rnd: int, session: bytes, cts: dict[int, bytes]) -> RecordDict:
-    """Both directions of stage 2/3: ``{peer: ciphertext}`` (to receivers, or from senders)."""
-    return _encode_map(node, rnd, session, cts, "peers", "cts")
+    return rec
 
 
 def decode_ciphertexts(rec: RecordDict) -> dict[int, bytes]:
     return _decode_map(rec, "peers", "cts", "ciphertexts")
+
+
+def decode_trained(rec: RecordDict) -> tuple[dict[int, bytes], dict[str, float]]:
+    """The reply to a secure plan: ``({peer: ciphertext}, metrics sent in the clear)``."""
+    m = {k[len("metric."):]: float(cast(float, v)) for k, v in _body(rec).items()
+         if k.startswith("metric.") and isinstance(v, float)}
+    return decode_ciphertexts(rec), m
 
 
 # --- stage 3 reply: the masked vector, packed at the ring's bit width -----------------------
@@ -180,9 +197,21 @@ def decode_unmask_request(rec: RecordDict) -> tuple[list[int], list[int]]:
     return _ints(cr, "survivors"), _ints(cr, "dropped")
 
 
-def encode_shares(node: int, rnd: int, session: bytes, shares: dict[int, bytes]) -> RecordDict:
-    return _encode_map(node, rnd, session, shares, "owners", "shares")
+def encode_shares(node: int, rnd: int, session: bytes, shares: dict[int, bytes],
+                  next_keys: tuple[bytes, bytes] | None = None) -> RecordDict:
+    """The unmask reply: the shares, and the public keys of the node's next session if it made them."""
+    rec = _encode_map(node, rnd, session, shares, "owners", "shares")
+    if next_keys is not None:
+        _body(rec)["next-pks"] = list(next_keys)
+    return rec
 
 
-def decode_shares(rec: RecordDict) -> dict[int, bytes]:
-    return _decode_map(rec, "owners", "shares", "shares")
+def decode_shares(rec: RecordDict) -> tuple[dict[int, bytes], tuple[bytes, bytes] | None]:
+    shares = _decode_map(rec, "owners", "shares", "shares")
+    cr = _body(rec)
+    if "next-pks" not in cr:
+        return shares, None
+    nxt = _blobs(cr, "next-pks")
+    if len(nxt) != 2:
+        raise WireError("field 'next-pks' must hold two public keys")
+    return shares, (nxt[0], nxt[1])

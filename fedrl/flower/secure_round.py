@@ -1,14 +1,22 @@
 """One round of training with secure aggregation, on the Message API (SecAgg / SecAgg+).
 
-Four message exchanges per round, each to the nodes still in the protocol:
+Three message exchanges per round, each to the nodes still in the protocol, plus one before
+them to the nodes whose keys the server does not hold yet:
 
-1. ``train`` — the plan plus the round's secure-aggregation setup; the node trains, encodes its
-   weighted update as ring codes, opens its session and answers with two public keys;
-2. ``train.secagg_share`` — each node gets its neighbours' keys and answers with encrypted shares;
-3. ``train.secagg_mask`` — each node gets the shares addressed to it and answers with its masked
+0. ``train.secagg_keys`` (first round, and nodes that missed the end of their last round) —
+   the node makes two key pairs and answers with the public keys;
+1. ``train`` — the plan, the round's secure-aggregation setup and the neighbours' public keys;
+   the node trains, encodes its weighted update as ring codes, opens its session and answers
+   with its encrypted shares (SecAgg's advertise and share stages, the keys sent ahead);
+2. ``train.secagg_mask`` — each node gets the shares addressed to it and answers with its masked
    input (packed at the ring's bit width);
-4. ``train.secagg_unmask`` — each survivor learns who survived and answers with the shares that
-   let the server remove the masks.
+3. ``train.secagg_unmask`` — each survivor learns who survived and answers with the shares that
+   let the server remove the masks, and with the public keys of its next session.
+
+Sending keys ahead saves one exchange per round (Bonawitz et al. 2017 advertise keys in a
+round of their own). Keys are still fresh per session and used once; the key agreement binds
+the round and session, so sending them early reveals nothing new to an honest-but-curious
+server.
 
 The server only ever holds the ring sum, which ``RingCoding.decode_sum`` turns into the weighted
 mean update and the total weight. A node that fails or misbehaves at any stage is dropped and the
@@ -59,9 +67,25 @@ def _replies(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
     return out
 
 
-def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str, Any]:
+class KeysAhead:
+    """Public keys that nodes made for their next session (server side, between rounds).
+
+    A node's entry is consumed when a round routes it; a node that fails anywhere in a round is
+    forgotten, so its next round starts with a ``keys`` request (its stored private keys are
+    replaced then).
+    """
+
+    def __init__(self) -> None:
+        self.keys: dict[int, tuple[bytes, bytes]] = {}
+
+    def take(self, nodes: list[int]) -> dict[int, tuple[bytes, bytes]]:
+        return {n: self.keys.pop(n) for n in nodes if n in self.keys}
+
+
+def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: KeysAhead | None = None) -> dict[str, Any]:
     """Run round ``rnd`` with secure aggregation; return its fields for metrics.jsonl."""
     cfg = fed.cfg
+    ahead = ahead if ahead is not None else KeysAhead()
     nodes = fed.select(rnd)
     fed.begin_round(rnd)
     bits = cfg.secagg.bits or required_ring_bits(cfg.compression.bits, len(nodes))
@@ -73,35 +97,44 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str
     bad: dict[int, str] = {}
     sid = setup.session
     clock: dict[str, float] = {}
-
-    plans = {}
-    for node in nodes:
-        rec = codec.encode_plan(*fed.plan(node, rnd))
-        sc.put_setup(codec.plan_record(rec), setup)
-        plans[node] = rec
-    keyed: dict[int, tuple[Keys, dict[str, float]]] = _replies(
-        grid, fed, nm, plans, codec.TRAIN, rnd, sc.decode_keys, bad, "advertise", clock)
     fields: dict[str, Any] = {"secagg_threshold": params.threshold, "secagg_bits": bits, "secagg_seconds": clock}
-    if cfg.secagg.send_metrics:
-        fields["train_returns"] = {str(n): m.get("train_return") for n, (_, m) in keyed.items()}
 
     def outcome(trained: list[int], aborted: str | None) -> dict[str, Any]:
         return {**fields, "nodes_trained": trained, "nodes_failed": {str(k): v for k, v in bad.items()},
                 "secagg_aborted": aborted}
 
+    keys = {n: Keys(n, rnd, sid, *pair) for n, pair in ahead.take(nodes).items()}
+    missing = [n for n in nodes if n not in keys]
+    if missing:
+        keys.update(_replies(grid, fed, nm, {n: sc.encode_keys_request(n, rnd, sid) for n in missing}, sc.KEYS, rnd,
+                             sc.decode_keys, bad, "keys", clock))
     try:
-        routed_keys = server.collect_keys({n: k for n, (k, _) in keyed.items()})
-        cts = _replies(grid, fed, nm, {n: sc.encode_share_request(n, rnd, sid, ks) for n, ks in routed_keys.items()},
-                       sc.SHARE, rnd, sc.decode_ciphertexts, bad, "share", clock)
-        routed = server.collect_shares(cts)
+        routed_keys = server.collect_keys(keys)
+        for n in nodes:
+            if n not in routed_keys and n not in bad:
+                bad[n] = "keys: refused by the secure-aggregation protocol (see the log)"
+        plans = {}
+        for node in routed_keys:
+            rec = codec.encode_plan(*fed.plan(node, rnd))
+            cr = codec.plan_record(rec)
+            sc.put_setup(cr, setup)
+            sc.put_keys(cr, (keys[node].c_pk, keys[node].s_pk), routed_keys[node])
+            plans[node] = rec
+        trained: dict[int, tuple[dict[int, bytes], dict[str, float]]] = _replies(
+            grid, fed, nm, plans, codec.TRAIN, rnd, sc.decode_trained, bad, "train+share", clock)
+        if cfg.secagg.send_metrics:
+            fields["train_returns"] = {str(n): m.get("train_return") for n, (_, m) in trained.items()}
+        routed = server.collect_shares({n: c for n, (c, _) in trained.items()})
         masked: dict[int, Masked] = _replies(
             grid, fed, nm, {n: sc.encode_ciphertexts(n, rnd, sid, c) for n, c in routed.items()}, sc.MASK, rnd,
             lambda rec: sc.decode_masked(rec, bits, setup.length), bad, "mask", clock)
         survivors, dropped = server.collect_masked(masked)
-        shares = _replies(grid, fed, nm, {n: sc.encode_unmask_request(n, rnd, sid, survivors, dropped)
-                                          for n in survivors}, sc.UNMASK, rnd, sc.decode_shares, bad, "unmask", clock)
+        replies = _replies(grid, fed, nm, {n: sc.encode_unmask_request(n, rnd, sid, survivors, dropped)
+                                           for n in survivors}, sc.UNMASK, rnd, sc.decode_shares, bad, "unmask", clock)
+        # Keys for the nodes' next sessions; a node that failed anywhere this round gets asked afresh.
+        ahead.keys.update({n: nxt for n, (_, nxt) in replies.items() if nxt is not None and n not in bad})
         t0 = time.perf_counter()
-        total = server.unmask(shares)
+        total = server.unmask({n: sh for n, (sh, _) in replies.items()})
         mean, ratio_sum = RingCoding.for_config(cfg).decode_sum(total, len(survivors))
         clock["server-unmask"] = time.perf_counter() - t0
     except (SecAggAbort, ValueError) as err:

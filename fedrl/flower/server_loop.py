@@ -4,7 +4,8 @@ Per round: select logical nodes, send each its plan (``transport.exchange``: in 
 SuperNode that serves several logical nodes never gets two at once), check every reply (errors,
 node id, shapes or payload, finite values) and leave out bad ones with a log line, aggregate,
 evaluate, log one progress line, append to metrics.jsonl and checkpoint atomically. With
-``secagg.enabled`` a round is ``secure_round`` instead (four exchanges; the server sees only sums).
+``secagg.enabled`` a round is ``secure_round`` instead (three exchanges, keys sent ahead; the server
+sees only sums).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from flwr.serverapp import Grid
 from fedrl.config import Config
 from fedrl.federation import Federation, Reply
 from fedrl.flower import codec
-from fedrl.flower.secure_round import secure_round
+from fedrl.flower.secure_round import KeysAhead, secure_round
 from fedrl.flower.transport import NodeMap, discover, exchange, failure
 from fedrl.rundir import end_round, finish, resolve_run_folder
 
@@ -82,9 +83,10 @@ def run(grid: Grid, cfg: Config) -> Path:
     folder = resolve_run_folder(fed)
     started = time.time()
     nm = discover(grid, cfg)
+    ahead = KeysAhead()  # public keys nodes made for their next secure session
     for rnd in range(fed.round + 1, cfg.num_server_rounds + 1):
         t0 = time.time()
-        fields = secure_round(grid, fed, nm, rnd) if cfg.secagg.enabled else plain_round(grid, fed, nm, rnd)
+        fields = secure_round(grid, fed, nm, rnd, ahead) if cfg.secagg.enabled else plain_round(grid, fed, nm, rnd)
         fed.round = rnd
         if end_round(fed, folder, started, t0, fields):
             break

@@ -50,9 +50,14 @@ class ClientSession:
         self._state = state
 
     @classmethod
-    def new(cls, node: int, params: Params) -> ClientSession:
-        """A fresh session with two new X25519 key pairs (c: share encryption, s: pairwise masks)."""
-        return cls(node, params, ClientState(_ADVERTISE, KeyPair.generate().private, KeyPair.generate().private))
+    def new(cls, node: int, params: Params, keys: tuple[bytes, bytes] | None = None) -> ClientSession:
+        """A fresh session with two X25519 key pairs (c: share encryption, s: pairwise masks).
+
+        ``keys`` are the two private keys when the node generated and advertised them ahead of
+        the round (``fedrl.flower.secure_round``); each pair must serve one session only.
+        """
+        c_sk, s_sk = keys if keys is not None else (KeyPair.generate().private, KeyPair.generate().private)
+        return cls(node, params, ClientState(_ADVERTISE, c_sk, s_sk))
 
     @classmethod
     def from_arrays(cls, node: int, params: Params, arrays: Mapping[str, np.ndarray]) -> ClientSession:

@@ -21,22 +21,30 @@ def test_setup_round_trips_through_the_plan_record() -> None:
     assert sc.get_setup(cr) == s
 
 
-def test_keys_and_metrics_round_trip() -> None:
+def test_keys_round_trip_in_the_plan_and_the_keys_reply() -> None:
     k = Keys(3, 7, SID, b"c" * 32, b"s" * 32)
-    back, m = sc.decode_keys(sc.encode_keys(k, {"train_return": 12.5}))
-    assert back == k and m == {"train_return": 12.5}
-    assert sc.decode_keys(sc.encode_keys(k, None))[1] == {}
+    assert sc.decode_keys(sc.encode_keys(k)) == k
+    assert sc.head(sc.encode_keys_request(3, 7, SID)) == (3, 7, SID)
+    cr = ConfigRecord({"node": 3})
+    neighbours = {1: (b"a" * 32, b"b" * 32), 4: (b"c" * 32, b"d" * 32)}
+    sc.put_keys(cr, (k.c_pk, k.s_pk), neighbours)
+    assert sc.get_keys(cr) == ((k.c_pk, k.s_pk), neighbours)
+    cr["sa.own-pks"] = [b"c" * 32]
+    with pytest.raises(WireError, match="public keys"):
+        sc.get_keys(cr)
 
 
-def test_share_and_unmask_messages_round_trip() -> None:
-    keys = {1: (b"a" * 32, b"b" * 32), 4: (b"c" * 32, b"d" * 32)}
-    assert sc.decode_share_request(sc.encode_share_request(0, 7, SID, keys)) == keys
+def test_ciphertext_and_unmask_messages_round_trip() -> None:
     cts = {1: b"x" * 80, 4: b"y" * 80}
-    rec = sc.encode_ciphertexts(0, 7, SID, cts)
+    rec = sc.encode_ciphertexts(0, 7, SID, cts, {"train_return": 12.5, "train_seconds": float("nan")})
     assert sc.head(rec) == (0, 7, SID) and sc.decode_ciphertexts(rec) == cts
+    assert sc.decode_trained(rec) == (cts, {"train_return": 12.5})
+    assert sc.decode_trained(sc.encode_ciphertexts(0, 7, SID, cts)) == (cts, {})
     assert sc.decode_unmask_request(sc.encode_unmask_request(0, 7, SID, [0, 1], [4])) == ([0, 1], [4])
     shares = {0: b"s" * 32, 1: b"t" * 32}
-    assert sc.decode_shares(sc.encode_shares(0, 7, SID, shares)) == shares
+    assert sc.decode_shares(sc.encode_shares(0, 7, SID, shares)) == (shares, None)
+    nxt = (b"n" * 32, b"m" * 32)
+    assert sc.decode_shares(sc.encode_shares(0, 7, SID, shares, nxt)) == (shares, nxt)
 
 
 @pytest.mark.parametrize("bits", [10, 15, 24])

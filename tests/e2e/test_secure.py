@@ -33,7 +33,12 @@ def test_secure_quantized_cartpole_with_dropouts_solves_every_variant(flower: Lo
     assert summary["eval_min_return"] >= 475, [r.get("eval_min_return") for r in rows]
     # Dropouts did happen, at several stages, and the protocol recovered from them.
     failed = [why for r in rows for why in r["nodes_failed"].values()]
-    assert failed and all(r["secagg_aborted"] is None for r in rows)
+    assert failed
+    # A round aborts only when more nodes dropped than the threshold allows (8 nodes, complete graph).
+    for r in rows:
+        if r["secagg_aborted"] is not None:
+            assert len(r["nodes_failed"]) > 8 - r["secagg_threshold"], r
+    assert sum(r["secagg_aborted"] is None for r in rows) > len(rows) / 2
     assert len({why.split(":")[0] for why in failed}) >= 2, failed
     # No per-node metrics in the clear under secure aggregation.
     assert all("train_returns" not in r for r in rows)
@@ -66,3 +71,18 @@ def test_compressed_uplink_and_downlink_through_the_engine(flower: LocalFlower, 
     down = _per_round(rows, "bytes_down")
     assert all(u < 4 * 1500 for u in up), up  # ~1.3 kB a node instead of ~40 kB of float32 weights
     assert down[1] < down[0] / 3 and down[2] < down[0] / 3, down  # 8-bit deltas after the first full broadcast
+
+
+def test_keys_go_out_ahead_so_later_rounds_take_three_exchanges(flower: LocalFlower, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    over = (f"{SECURE} nodes.count=4 algo.local-steps=256 eval.episodes=1 num-server-rounds=3 "
+            f"secagg.send-metrics=true output-dir='{out}' run-name='k'")
+    res = flower.run(REPO, over)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = _metrics(out / "k")
+    assert [r["nodes_trained"] for r in rows] == [[0, 1, 2, 3]] * 3
+    stages = [set(r["secagg_seconds"]) for r in rows]
+    assert stages[0] == {"keys", "train+share", "mask", "unmask", "server-unmask"}, stages
+    assert stages[1] == stages[2] == {"train+share", "mask", "unmask", "server-unmask"}, stages
+    # Asked for: per-node returns in the clear, from the train reply.
+    assert all(set(r["train_returns"]) == {"0", "1", "2", "3"} for r in rows)
