@@ -106,3 +106,22 @@ def test_impossible_combinations_fail_before_round_one(over: dict, key: str, wor
 def test_a_possible_secure_combination_passes() -> None:
     cfg = check({**SMALL, "secagg.enabled": True, "compression.up": "quantize", "secagg.bits": 10})
     assert cfg.secagg.bits == 10
+
+
+def test_observation_moments_travel_in_the_config_record_and_are_checked() -> None:
+    from fedrl.rl.normalize import Moments
+
+    fed = _fed(**{"compression.up": "topk"})
+    fed.begin_round(1)
+    r = _reply(fed, 0, 0.01, 1)
+    m = Moments.of(np.arange(12, dtype=np.float64).reshape(4, 3))
+    with_m = Reply(r.node, [], r.env_steps, m, r.metrics, r.update)
+    rec = codec.encode_reply(with_m)
+    back = codec.decode_reply(rec).obs_moments
+    assert back is not None and back.count == 4
+    np.testing.assert_array_equal(back.to_array(), m.to_array())
+    # Three statistics cost their doubles plus a field name, not a record of their own.
+    assert codec.content_bytes(rec) - codec.content_bytes(codec.encode_reply(r)) < 100
+    rec.config_records["reply"]["mom"] = [1.0, 2.0]
+    with pytest.raises(codec.WireError, match="mom"):
+        codec.decode_reply(rec)
