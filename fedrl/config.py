@@ -170,6 +170,29 @@ class SecAggConfig:
     send_metrics: bool = opt("secagg.send-metrics", False, "also send per-node training metrics in the clear")
 
 
+def _unit_open(v: Any) -> str | None:
+    return None if 0 < v < 1 else "must be in (0, 1)"
+
+
+@dataclass(frozen=True)
+class PrivacyConfig:
+    mode: Literal["off", "central", "local"] = opt(
+        "privacy.mode", "off",
+        "client-level DP: central (nodes clip, the server adds Gaussian noise to the sum, DP-FedAvg), "
+        "local (each node noises its own clipped update), off")
+    clip_norm: float = opt("privacy.clip-norm", 1.0, "L2 bound C on each node's whole update", _positive)
+    noise_multiplier: float = opt(
+        "privacy.noise-multiplier", 0.0,
+        "noise std / C (0: derive it from privacy.target-epsilon over num-server-rounds)", _non_negative)
+    target_epsilon: float = opt(
+        "privacy.target-epsilon", 0.0,
+        "privacy budget at privacy.delta: with noise-multiplier 0 the noise is set to meet it after the planned "
+        "rounds; with a noise multiplier the run stops before a round that would exceed it (0: no budget)",
+        _non_negative)
+    delta: float = opt("privacy.delta", 1e-5, "δ of the reported (ε, δ)", _unit_open)
+    accountant: Literal["rdp", "prv"] = opt("privacy.accountant", "rdp", "Opacus accountant: rdp or prv")
+
+
 @dataclass(frozen=True)
 class NodesConfig:
     count: int = opt("nodes.count", 8, "federation size: one environment variant per node", _positive)
@@ -200,9 +223,10 @@ class Config:
     nodes: NodesConfig = field(default_factory=NodesConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     secagg: SecAggConfig = field(default_factory=SecAggConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
 
 
-_SECTIONS = ("env", "algo", "strategy", "eval", "nodes", "compression", "secagg")
+_SECTIONS = ("env", "algo", "strategy", "eval", "nodes", "compression", "secagg", "privacy")
 
 
 def _leaf_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:

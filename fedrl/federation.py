@@ -32,6 +32,8 @@ from fedrl.config import Config, to_flat
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
 from fedrl.errors import ConfigError
+from fedrl.privacy import Ledger, clip_l2, gaussian, private_rng
+from fedrl.privacy.plan import plan_for
 from fedrl.rl.evaluate import evaluate
 from fedrl.rl.networks import ActorCritic, PolicySpec, check_weights, get_weights, spec_for, weight_names
 from fedrl.rl.normalize import Moments
@@ -125,6 +127,9 @@ class Federation:
         self.holds: dict[int, int] = {}  # node -> round of the broadcast it holds (downlink compression)
         self.n_params = int(sum(w.size for w in w0))
         self.ef21 = ServerEF21(self.up, self.n_params) if self.up.ef21 else None
+        self.privacy = plan_for(cfg, self.spec.action_kind == "continuous")
+        self.ledger = Ledger(self.privacy.accountant, self.privacy.delta) if self.privacy else None
+        self._noise_rng = private_rng()
 
     # --- planning -------------------------------------------------------------------
     def select(self, rnd: int) -> list[int]:
@@ -207,10 +212,46 @@ class Federation:
                 self._merge_moments(r.node, [r])
         elif replies:
             g = self.models[0]
-            mean = weighted_mean(deltas, [r.env_steps for r in replies])
+            if self.privacy is None:
+                mean = weighted_mean(deltas, [r.env_steps for r in replies])
+            else:
+                mean = unflatten(self._private_mean([flatten(d) for d in deltas], rnd), g)
             self.models[0] = apply_delta(g, mean, lr)
             self._merge_moments(0, replies)
         self.env_steps += sum(r.env_steps for r in replies)
+
+    def _private_mean(self, deltas: list[np.ndarray], rnd: int | None) -> np.ndarray:
+        """DP-FedAvg's server step (McMahan et al. 2018), and one step of the privacy ledger.
+
+        Nodes are weighted equally (so one node moves the sum by at most ``C``): central mode clips
+        every update to ``C`` again (a node's own clipping is not trusted), adds N(0, (zC)^2) to
+        the sum and divides by the number of nodes *selected*, which does not depend on anyone's
+        data. Local mode: updates arrive noised; their plain mean is post-processing.
+        """
+        assert self.privacy is not None and self.ledger is not None
+        p = self.privacy
+        selected = len(self.select(self.round + 1 if rnd is None else rnd))
+        if p.mode == "local":
+            total = np.sum(deltas, axis=0, dtype=np.float64)
+            out = np.asarray(total / len(deltas), np.float32)
+        else:
+            total = np.sum([clip_l2(d, p.clip)[0] for d in deltas], axis=0, dtype=np.float64)
+            total += gaussian(self.n_params, p.z * p.clip, self._noise_rng)
+            out = np.asarray(total / max(selected, 1), np.float32)
+        self.ledger.step(p.z, p.q)
+        return out
+
+    # --- privacy accounting ---------------------------------------------------------
+    def epsilon(self) -> float | None:
+        """ε spent so far at ``privacy.delta`` (None without DP)."""
+        return None if self.ledger is None else self.ledger.epsilon()
+
+    def budget_allows_next_round(self) -> bool:
+        """False when one more released round would take ε above ``privacy.target-epsilon``."""
+        p = self.privacy
+        if p is None or p.budget is None or self.ledger is None:
+            return True
+        return self.ledger.epsilon((p.z, p.q)) <= p.budget
 
     def aggregate_mean(self, mean: np.ndarray, ratio_sum: float) -> None:
         """Apply a weighted mean update that arrived as a sum (secure aggregation).
@@ -286,7 +327,8 @@ class Federation:
         meta = {"round": self.round, "env_steps": self.env_steps, "bytes_up": self.bytes_up,
                 "bytes_down": self.bytes_down, "wall_time_s": self.wall_time_s + (time.time() - started),
                 "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
-                "bcast_round": [c.round for c in self.casts]}
+                "bcast_round": [c.round for c in self.casts],
+                "privacy_history": self.ledger.to_list() if self.ledger is not None else []}
         return Checkpoint(meta, arrays)
 
     def load_checkpoint(self, ck: Checkpoint) -> None:
@@ -307,6 +349,8 @@ class Federation:
         self.holds = {int(k): int(v) for k, v in ck.meta.get("holds", {}).items()}
         if self.ef21 is not None:
             self.ef21.load_arrays(ck.arrays)
+        if self.ledger is not None:  # the composition continues; never a fresh accountant
+            self.ledger.load_list(ck.meta.get("privacy_history", []))
         self.round = int(ck.meta["round"])
         self.env_steps = int(ck.meta["env_steps"])
         self.bytes_up = int(ck.meta["bytes_up"])

@@ -54,6 +54,8 @@ def round_line(row: dict[str, Any], total: int) -> str:
     if "eval_mean_return" in row:
         ev = f" | eval mean {row['eval_mean_return']:8.1f} min {row['eval_min_return']:8.1f}"
     failed = f" | {len(row['nodes_failed'])} left out" if row.get("nodes_failed") else ""
+    if row.get("epsilon") is not None:
+        failed += f" | ε {row['epsilon']:.2f}"
     return (f"round {row['round']:>4}/{total}{ev} | env steps {row['env_steps']:>9,} | up {_mb(row['bytes_up'])}"
             f" down {_mb(row['bytes_down'])} | {row['round_time_s']:.1f} s{failed}")
 
@@ -102,8 +104,8 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         "target_return": fed.target,
         "solved": fed.solved(returns),
         "strategy": fed.cfg.strategy.name,
-        "epsilon": None,
-        "delta": None,
+        "epsilon": fed.epsilon(),
+        "delta": fed.privacy.delta if fed.privacy is not None else None,
     }
     if fed.per_node:
         cross = fed.evaluate_cross()

@@ -17,6 +17,7 @@ from fedrl.envs.families import check_env_id, check_params, check_values
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
 from fedrl.errors import ConfigError
+from fedrl.privacy.plan import plan_for
 
 
 def validate(cfg: Config) -> None:
@@ -121,4 +122,6 @@ def check(run_config: Mapping[str, Any]) -> Config:
     err = pipeline_error(cfg)
     if err is not None:
         raise err
+    if cfg.privacy.mode != "off" or cfg.privacy.target_epsilon or cfg.privacy.noise_multiplier:
+        plan_for(cfg, _continuous(cfg))
     return cfg

@@ -18,13 +18,15 @@ from flwr.app import Context, Message
 
 from fedrl.compression import ef21
 from fedrl.compression.downlink import receive
-from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, compress, flatten, rng_for, stage
+from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, compress, flatten, rng_for, stage, unflatten
 from fedrl.config import Config, from_run_config
 from fedrl.dropout import maybe_fail
 from fedrl.envs.make import make_vector_env
 from fedrl.envs.spec import parse_kwargs
 from fedrl.federation import Reply, policy_spec, uplink_scale, variants_of
 from fedrl.flower import codec, secure_client, secure_codec
+from fedrl.privacy.node import PRIVATE_METRICS, privatize
+from fedrl.privacy.plan import PrivacyPlan, plan_for
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights
 from fedrl.rl.train import NodeState, train_locally
 
@@ -38,6 +40,7 @@ class Setup:
     up: Stage
     down: Stage
     env_kwargs: dict[str, object]
+    privacy: PrivacyPlan | None
 
 
 @functools.lru_cache(maxsize=4)
@@ -46,7 +49,8 @@ def _setup(run_config_json: str) -> Setup:
     variants = variants_of(cfg)
     spec = policy_spec(cfg, variants[0])
     return Setup(cfg, variants, spec, get_weights(ActorCritic(spec)),
-                 stage(cfg.compression, "up"), stage(cfg.compression, "down"), dict(parse_kwargs(cfg.env.kwargs)))
+                 stage(cfg.compression, "up"), stage(cfg.compression, "down"), dict(parse_kwargs(cfg.env.kwargs)),
+                 plan_for(cfg, spec.action_kind == "continuous"))
 
 
 def setup(context: Context) -> Setup:
@@ -73,6 +77,11 @@ def handle_train(msg: Message, context: Context) -> Message:
         envs.close()
     kept.update(res.state.arrays)
     delta = flatten(res.weights) - flatten(weights)
+    trained, metrics = res.weights, res.metrics
+    if su.privacy is not None:  # clip (and, in local mode, noise) before anything leaves the node
+        delta = privatize(delta, su.privacy)
+        trained = unflatten(flatten(weights) + delta, weights)
+        metrics = {k: v for k, v in metrics.items() if k not in PRIVATE_METRICS}
     if setup_sa is not None:  # secure aggregation: reply with encrypted shares; the update stays here, masked later
         codec.store_node_state(context.state, plan.node, NodeState(kept))
         content = secure_client.start(cfg, context, plan.node, plan.round, codec.plan_record(msg.content), setup_sa,
@@ -90,8 +99,8 @@ def handle_train(msg: Message, context: Context) -> Message:
             if residual is not None:
                 kept[RESIDUAL_KEY] = residual
     codec.store_node_state(context.state, plan.node, NodeState(kept))
-    reply = Reply(plan.node, [] if update is not None else res.weights, res.env_steps, res.obs_moments,
-                  res.metrics, update, ef_base)
+    reply = Reply(plan.node, [] if update is not None else trained, res.env_steps, res.obs_moments,
+                  metrics, update, ef_base)
     return Message(codec.encode_reply(reply), reply_to=msg)
 
 

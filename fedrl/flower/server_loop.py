@@ -84,9 +84,21 @@ def run(grid: Grid, cfg: Config) -> Path:
     started = time.time()
     nm = discover(grid, cfg)
     ahead = KeysAhead()  # public keys nodes made for their next secure session
+    if fed.privacy is not None:
+        print(fed.privacy.line(cfg.num_server_rounds), flush=True)
     for rnd in range(fed.round + 1, cfg.num_server_rounds + 1):
+        if not fed.budget_allows_next_round():
+            assert fed.privacy is not None and fed.ledger is not None
+            msg = (f"privacy budget: round {rnd} would take ε from {fed.epsilon():.3f} to "
+                   f"{fed.ledger.epsilon((fed.privacy.z, fed.privacy.q)):.3f} > {fed.privacy.budget:g} "
+                   f"(δ = {fed.privacy.delta:g}); stopping after round {rnd - 1} with its model and results")
+            log.warning(msg)
+            print(msg, flush=True)
+            break
         t0 = time.time()
         fields = secure_round(grid, fed, nm, rnd, ahead) if cfg.secagg.enabled else plain_round(grid, fed, nm, rnd)
+        if fed.privacy is not None:
+            fields |= {"epsilon": fed.epsilon(), "delta": fed.privacy.delta}
         fed.round = rnd
         if end_round(fed, folder, started, t0, fields):
             break

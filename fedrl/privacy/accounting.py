@@ -1,0 +1,83 @@
+"""Privacy accounting with Opacus' accountants (RDP, Mironov 2017; PRV, Gopi et al. 2021).
+
+One :class:`Ledger` per run: every released round is one step of the (subsampled) Gaussian
+mechanism with noise multiplier ``z`` (noise std / sensitivity) and sampling rate ``q``. The
+history is plain numbers, saved in the checkpoint, so a resumed run continues the same
+composition instead of starting a fresh accountant.
+"""
+
+from __future__ import annotations
+
+from opacus.accountants import PRVAccountant, RDPAccountant
+from opacus.accountants.accountant import IAccountant
+from opacus.accountants.utils import get_noise_multiplier
+
+ACCOUNTANTS = ("rdp", "prv")
+
+
+def _make(kind: str) -> IAccountant:
+    if kind == "rdp":
+        return RDPAccountant()
+    if kind == "prv":
+        return PRVAccountant()
+    raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {kind!r}")
+
+
+def epsilon_after(z: float, q: float, steps: int, delta: float, kind: str = "rdp") -> float:
+    """ε at ``delta`` after ``steps`` rounds of the Gaussian mechanism (z, q); inf when z is 0."""
+    if steps == 0:
+        return 0.0
+    if z <= 0:
+        return float("inf")
+    acc = _make(kind)
+    acc.history = [(float(z), float(q), int(steps))]
+    return float(acc.get_epsilon(delta=delta))
+
+
+def noise_for_target(target_epsilon: float, delta: float, q: float, steps: int, kind: str = "rdp") -> float:
+    """The smallest noise multiplier (Opacus' search, to 0.01 in ε) that keeps ``steps`` rounds within the target.
+
+    Raises:
+        ValueError: if no noise multiplier up to Opacus' limit reaches the target.
+    """
+    return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=q,
+                                      steps=steps, accountant=kind, epsilon_tolerance=0.01))
+
+
+class Ledger:
+    """The composition of every released round so far."""
+
+    def __init__(self, kind: str, delta: float) -> None:
+        _make(kind)
+        self.kind = kind
+        self.delta = delta
+        self.history: list[tuple[float, float, int]] = []  # (z, q, steps), as Opacus keeps it
+
+    def step(self, z: float, q: float) -> None:
+        if self.history and self.history[-1][:2] == (z, q):
+            self.history[-1] = (z, q, self.history[-1][2] + 1)
+        else:
+            self.history.append((float(z), float(q), 1))
+
+    @property
+    def steps(self) -> int:
+        return sum(n for _, _, n in self.history)
+
+    def epsilon(self, extra: tuple[float, float] | None = None) -> float:
+        """ε at ``delta`` so far, or if one more round ``extra = (z, q)`` were released."""
+        hist = list(self.history)
+        if extra is not None:
+            hist.append((float(extra[0]), float(extra[1]), 1))
+        if not hist:
+            return 0.0
+        if any(z <= 0 for z, _, _ in hist):
+            return float("inf")
+        acc = _make(self.kind)
+        acc.history = hist
+        return float(acc.get_epsilon(delta=self.delta))
+
+    def to_list(self) -> list[list[float]]:
+        return [[z, q, float(n)] for z, q, n in self.history]
+
+    def load_list(self, rows: list[list[float]]) -> None:
+        self.history = [(float(z), float(q), int(n)) for z, q, n in rows]

@@ -1,0 +1,78 @@
+"""The privacy settings of a run, checked and resolved once before round 1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedrl.config import Config
+from fedrl.errors import ConfigError
+from fedrl.privacy.accounting import epsilon_after, noise_for_target
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """``z`` is the noise multiplier in use (given or derived), ``q`` the sampling rate accounted."""
+
+    mode: str
+    clip: float
+    z: float
+    q: float
+    delta: float
+    accountant: str
+    budget: float | None  # stop before a round that would take ε above this
+    note: str  # what the accounting assumes, for the run's first lines
+
+    def line(self, rounds: int) -> str:
+        eps = epsilon_after(self.z, self.q, rounds, self.delta, self.accountant)
+        where = "the server adds noise to the sum" if self.mode == "central" else "each node noises its own update"
+        return (f"privacy: {self.mode} DP ({where}), clip-norm {self.clip:g}, noise multiplier {self.z:.4g}, "
+                f"sampling rate {self.q:g}, {self.accountant} accountant: ε = {eps:.3g} at δ = {self.delta:g} "
+                f"after {rounds} rounds{'; budget ε ≤ ' + format(self.budget, 'g') if self.budget else ''}. "
+                f"{self.note}")
+
+
+def plan_for(cfg: Config, continuous: bool) -> PrivacyPlan | None:
+    """The run's privacy plan (None when ``privacy.mode = off``); ``continuous``: the env's actions are.
+
+    Raises:
+        ConfigError: naming the key, for settings that cannot give the promised guarantee.
+    """
+    p = cfg.privacy
+    if p.mode == "off":
+        if p.target_epsilon > 0 or p.noise_multiplier > 0:
+            key = "privacy.target-epsilon" if p.target_epsilon > 0 else "privacy.noise-multiplier"
+            raise ConfigError(key, "is set but privacy.mode = off, so no noise would be added; set privacy.mode "
+                               "= central or local, or leave it at 0")
+        return None
+    if p.noise_multiplier == 0 and p.target_epsilon == 0:
+        raise ConfigError("privacy.noise-multiplier", f"privacy.mode = {p.mode} needs noise: set "
+                                                  "privacy.noise-multiplier > 0 or privacy.target-epsilon > 0")
+    if cfg.secagg.enabled:
+        raise ConfigError("privacy.mode", f"privacy.mode = {p.mode} with secagg.enabled = true: noise added inside "
+                                      "the ring (distributed DP) is not built yet; turn one of them off")
+    if cfg.strategy.name == "local":
+        raise ConfigError("privacy.mode", "privacy.mode with strategy.name = local: there is no aggregate to protect")
+    if cfg.algo.norm_obs == "on" or (cfg.algo.norm_obs == "auto" and continuous):
+        raise ConfigError("algo.norm-obs", f"privacy.mode = {p.mode} with observation normalization on "
+                                       "(algo.norm-obs; auto is on for continuous actions): each node's observation "
+                                       "statistics would travel without noise; set algo.norm-obs = off")
+    # Selection draws a fixed number of nodes without replacement (Federation.select), not the
+    # Poisson sampling the accountants assume, so no amplification is claimed.
+    q = 1.0
+    note = ("Every node takes part in every round (sampling rate 1)." if cfg.fraction_train >= 1 else
+            f"fraction-train = {cfg.fraction_train:g} draws a fixed number of nodes without replacement, not the "
+            "Poisson sampling the accountant assumes: no amplification by sampling is claimed (rate 1).")
+    rounds = cfg.num_server_rounds
+    z, budget = p.noise_multiplier, (p.target_epsilon or None)
+    if z == 0:
+        try:
+            z = noise_for_target(p.target_epsilon, p.delta, q, rounds, p.accountant)
+        except ValueError:
+            raise ConfigError("privacy.target-epsilon", f"ε = {p.target_epsilon:g} at δ = {p.delta:g} cannot be met "
+                                                    f"over {rounds} rounds by any noise multiplier Opacus tries; "
+                                                    "raise the target or lower num-server-rounds")
+    elif budget is not None and epsilon_after(z, q, 1, p.delta, p.accountant) > budget:
+        raise ConfigError("privacy.target-epsilon", f"one round with noise multiplier {z:g} already costs "
+                                                f"ε = {epsilon_after(z, q, 1, p.delta, p.accountant):.3g} > "
+                                                f"{budget:g}; raise privacy.noise-multiplier or the target")
+    return PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note)

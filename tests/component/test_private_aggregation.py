@@ -1,0 +1,82 @@
+"""DP-FedAvg on the server: noise size, per-node clipping, accounting across a checkpoint."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedrl.compression.pipeline import flatten
+from fedrl.config import from_run_config
+from fedrl.federation import Federation, Reply
+from fedrl.privacy import epsilon_after
+
+SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1, "strategy.server-lr": 1.0}
+CENTRAL = {"privacy.mode": "central", "privacy.clip-norm": 0.5}
+
+
+def _fed(**over: object) -> Federation:
+    return Federation(from_run_config({**SMALL, **over}))
+
+
+def _moved(fed: Federation, replies_shift: list[float], nodes: list[int]) -> np.ndarray:
+    g = [w.copy() for w in fed.models[0]]
+    fed.aggregate([Reply(n, [w + np.float32(s) for w in g], 256, None, {}) for n, s in zip(nodes, replies_shift,
+                                                                                          strict=True)])
+    return flatten(fed.models[0]) - flatten(g)
+
+
+def test_central_noise_on_the_mean_has_std_z_c_over_selected_nodes() -> None:
+    fed = _fed(**CENTRAL, **{"privacy.noise-multiplier": 2.0})
+    moved = _moved(fed, [0.0, 0.0, 0.0], [0, 1, 2])
+    n = moved.size  # ~9k coordinates: the std estimate's standard error is ~0.75%
+    assert n > 5000
+    assert float(moved.std()) == pytest.approx(2.0 * 0.5 / 3, rel=0.04)
+    assert abs(float(moved.mean())) < 5 * (1 / 3) / math.sqrt(n)
+    assert fed.epsilon() == epsilon_after(2.0, 1.0, 1, 1e-5)
+
+
+def test_each_node_is_clipped_on_the_server_and_the_mean_divides_by_the_selected() -> None:
+    fed = _fed(**CENTRAL, **{"privacy.noise-multiplier": 1e-9})
+    moved = _moved(fed, [1.0, -3.0], [0, 2])  # node 1 selected but silent
+    n = moved.size
+    # Both updates point along +-1 and have norms far above C: each contributes C / sqrt(n) per coordinate.
+    expected = (0.5 / math.sqrt(n) - 0.5 / math.sqrt(n)) / 3
+    np.testing.assert_allclose(moved, expected, atol=1e-7)
+    fed2 = _fed(**CENTRAL, **{"privacy.noise-multiplier": 1e-9})
+    moved = _moved(fed2, [1.0, 1.0], [0, 2])
+    np.testing.assert_allclose(moved, 2 * 0.5 / math.sqrt(n) / 3, rtol=1e-4)
+    assert float(np.linalg.norm(moved)) <= 2 * 0.5 / 3 + 1e-6
+
+
+def test_without_privacy_nothing_is_noised_or_accounted() -> None:
+    a, b = _fed(), _fed()
+    np.testing.assert_array_equal(_moved(a, [0.1, 0.3], [0, 1]), _moved(b, [0.1, 0.3], [0, 1]))
+    assert a.epsilon() is None and a.budget_allows_next_round()
+
+
+def test_local_mode_takes_the_plain_mean_of_noised_updates() -> None:
+    fed = _fed(**{"privacy.mode": "local", "privacy.noise-multiplier": 1.0})
+    np.testing.assert_allclose(_moved(fed, [0.2, 0.4], [0, 1]), 0.3, atol=1e-6)
+    assert fed.epsilon() == epsilon_after(1.0, 1.0, 1, 1e-5)
+
+
+def test_the_ledger_survives_a_checkpoint() -> None:
+    fed = _fed(**CENTRAL, **{"privacy.noise-multiplier": 1.3})
+    for _ in range(3):
+        _moved(fed, [0.0, 0.0, 0.0], [0, 1, 2])
+    fed.round = 3
+    back = _fed(**CENTRAL, **{"privacy.noise-multiplier": 1.3})
+    back.load_checkpoint(fed.to_checkpoint(0.0))
+    assert back.ledger is not None and back.ledger.steps == 3
+    assert back.epsilon() == fed.epsilon() == epsilon_after(1.3, 1.0, 3, 1e-5)
+
+
+def test_the_budget_refuses_the_round_that_would_exceed_it() -> None:
+    fed = _fed(**CENTRAL, **{"privacy.noise-multiplier": 2.0, "privacy.target-epsilon": 5.0})
+    allowed = 0
+    while fed.budget_allows_next_round():
+        _moved(fed, [0.0, 0.0, 0.0], [0, 1, 2])
+        allowed += 1
+    assert allowed == 4 and fed.epsilon() == pytest.approx(4.729, abs=1e-3)

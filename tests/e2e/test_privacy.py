@@ -1,0 +1,59 @@
+"""Client-level DP end to end through `flwr run` and Flower's Simulation Engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedrl.privacy import epsilon_after
+from tests.e2e.harness import REPO, LocalFlower
+
+pytestmark = pytest.mark.slow
+
+SMALL = "nodes.count=4 algo.local-steps=512 eval.episodes=2"
+
+
+def _rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_central_dp_meets_its_target_and_reports_epsilon_every_round(flower: LocalFlower, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    res = flower.run(REPO, f"{SMALL} num-server-rounds=6 privacy.mode='central' privacy.target-epsilon=8.0 "
+                           f"privacy.clip-norm=0.05 output-dir='{out}' run-name='c'")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "privacy: central DP" in res.stdout and "sampling rate 1" in res.stdout
+    rows = _rows(out / "c")
+    eps = [r["epsilon"] for r in rows]
+    assert len(rows) == 6 and eps == sorted(eps) and all(r["delta"] == 1e-5 for r in rows)
+    assert 7.9 <= eps[-1] <= 8.0, eps
+    assert all(r["nodes_trained"] == [0, 1, 2, 3] for r in rows)
+    assert all("train_returns" not in r or all(v is None for v in r["train_returns"].values()) for r in rows)
+    summary = json.loads((out / "c" / "summary.json").read_text())
+    assert summary["epsilon"] == eps[-1] and summary["delta"] == 1e-5
+
+
+def test_the_budget_stops_the_run_cleanly_before_it_is_exceeded(flower: LocalFlower, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    res = flower.run(REPO, f"{SMALL} num-server-rounds=10 privacy.mode='central' privacy.noise-multiplier=2.0 "
+                           f"privacy.target-epsilon=5.0 output-dir='{out}' run-name='b'")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "stopping after round 4" in res.stdout
+    rows = _rows(out / "b")
+    assert [r["round"] for r in rows] == [1, 2, 3, 4]
+    assert [r["epsilon"] for r in rows] == [epsilon_after(2.0, 1.0, r, 1e-5) for r in (1, 2, 3, 4)]
+    summary = json.loads((out / "b" / "summary.json").read_text())
+    assert summary["rounds_completed"] == 4 and summary["epsilon"] <= 5.0
+    for name in ("model.npz", "checkpoint.npz", "config.json", "eval_vs_round.png"):
+        assert (out / "b" / name).exists(), name
+
+
+def test_local_dp_runs_and_accounts(flower: LocalFlower, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    res = flower.run(REPO, f"{SMALL} num-server-rounds=2 privacy.mode='local' privacy.noise-multiplier=1.0 "
+                           f"compression.up='quantize' output-dir='{out}' run-name='l'")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = _rows(out / "l")
+    assert [r["epsilon"] for r in rows] == [epsilon_after(1.0, 1.0, r, 1e-5) for r in (1, 2)]
