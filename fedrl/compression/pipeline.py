@@ -110,6 +110,22 @@ def compress(vec: np.ndarray, st: Stage, rng: np.random.Generator,
     return c, ef.residual
 
 
+def training_start(weights: Sequence[np.ndarray], residual: np.ndarray | None, scale: float) -> list[np.ndarray]:
+    """Where a node with error feedback trains from: the weights it received plus what it still owes.
+
+    The residual is the part of its earlier updates the node has not sent yet (in units of
+    ``scale``, see ``federation.uplink_scale``). Training from the received weights instead would
+    make the node rediscover that same unsent movement and send it twice: on Pendulum (8 nodes,
+    40 rounds, top-k with error feedback) the final mean return was -693 that way and -267 this
+    way at 30% of the coordinates, -844 and -615 at 10% (uncompressed: -251). A residual of
+    another length (the model changed) is ignored, as in :func:`compress`.
+    """
+    if residual is None or residual.shape != (sum(int(w.size) for w in weights),):
+        return [np.asarray(w, np.float32) for w in weights]
+    return [np.asarray(w + e, np.float32) for w, e in zip(weights, unflatten(residual * np.float32(scale), weights),
+                                                           strict=True)]
+
+
 def decompress(c: Compressed, st: Stage, n: int) -> np.ndarray:
     """Decode a payload made by ``st``'s compressor.
 

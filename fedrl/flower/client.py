@@ -18,7 +18,16 @@ from flwr.app import Context, Message
 
 from fedrl.compression import ef21
 from fedrl.compression.downlink import receive
-from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, compress, flatten, rng_for, stage, unflatten
+from fedrl.compression.pipeline import (
+    RESIDUAL_KEY,
+    Stage,
+    compress,
+    flatten,
+    rng_for,
+    stage,
+    training_start,
+    unflatten,
+)
 from fedrl.config import Config, from_run_config
 from fedrl.dropout import maybe_fail
 from fedrl.envs.make import make_vector_env
@@ -70,6 +79,8 @@ def handle_train(msg: Message, context: Context) -> Message:
         raise codec.WireError(f"node {plan.node} holds no secure-aggregation keys for this round")
     state = codec.load_node_state(context.state, plan.node)
     weights, kept = receive(dl, su.down, state.arrays, plan.round, su.template)
+    if su.up.error_feedback and setup_sa is None:
+        weights = training_start(weights, state.arrays.get(RESIDUAL_KEY), uplink_scale(cfg, su.up, plan.round))
     envs = make_vector_env(cfg.env.id, [su.variants[plan.node]] * cfg.algo.num_envs, dict(su.env_kwargs))
     try:
         res = train_locally(su.spec, weights, envs, cfg.algo, plan, state)

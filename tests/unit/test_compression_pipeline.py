@@ -8,7 +8,16 @@ import pytest
 from fedrl.compression import Compressed, make_compressor
 from fedrl.compression.downlink import BASE_KEY, ROUND_KEY, Broadcaster, StaleBase, receive
 from fedrl.compression.framing import Frame, frame, unframe
-from fedrl.compression.pipeline import Stage, compress, decompress, flatten, rng_for, stage, unflatten
+from fedrl.compression.pipeline import (
+    Stage,
+    compress,
+    decompress,
+    flatten,
+    rng_for,
+    stage,
+    training_start,
+    unflatten,
+)
 from fedrl.compression.ring_codes import RingCoding, pack_ring, required_ring_bits, unpack_ring
 from fedrl.config import CompressionConfig
 
@@ -160,3 +169,15 @@ def test_pack_ring_round_trips(bits: int) -> None:
     np.testing.assert_array_equal(unpack_ring(p, bits, 333), v)
     with pytest.raises(ValueError, match="bytes"):
         unpack_ring(p[:-1], bits, 333)
+
+
+def test_error_feedback_nodes_train_from_the_weights_plus_what_they_owe() -> None:
+    weights = [np.ones((2, 2), np.float32), np.zeros(3, np.float32)]
+    residual = np.arange(7, dtype=np.float32)
+    start = training_start(weights, residual, 0.5)
+    np.testing.assert_array_equal(start[0], [[1.0, 1.5], [2.0, 2.5]])
+    np.testing.assert_array_equal(start[1], [2.0, 2.5, 3.0])
+    assert start[0].dtype == np.float32
+    for stale in (None, np.zeros(5, np.float32)):  # none yet, or the model changed
+        back = training_start(weights, stale, 0.5)
+        assert all(np.array_equal(a, b) for a, b in zip(back, weights, strict=True))
