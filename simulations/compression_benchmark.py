@@ -89,11 +89,12 @@ def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, re
 
 
 def compressors(flower: Flower, out: Path, reps: int, uplink: list[str], downlink: list[str],
-                suites: tuple[str, ...] = ("cartpole", "pendulum"), extra: str = "") -> dict[str, list[dict]]:
+                suites: tuple[str, ...] = ("cartpole", "pendulum"), extra: str = "", first: int = 0,
+                ) -> dict[str, list[dict]]:
     results: dict[str, list[dict]] = {}
     for suite in suites:
         pairs = [(u, "none") for u in uplink] + ([("none", d) for d in downlink] if suite == "cartpole" else [])
-        for rep in range(reps):
+        for rep in range(first, first + reps):
             for up, down in pairs:  # interleaved over repetitions
                 r = compressor_run(flower, out, suite, up, down, rep, extra)
                 results.setdefault(f"{suite}/{up}/{down}", []).append(r)
@@ -190,6 +191,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=["compressors", "secagg"], action="append")
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--first-rep", type=int, default=0, help="(a): seed of the first repetition (more seeds later)")
     ap.add_argument("--secagg-reps", type=int, default=0, help="repetitions for (b) (0: --reps)")
     ap.add_argument("--nodes", default="10,20,50,100", help="comma-separated N for (b)")
     ap.add_argument("--uplink", default="",
@@ -215,7 +217,7 @@ def main() -> int:
             up += [u for u in asked if ":" in u and u not in up]
             down = [d for d in DOWNLINK if not asked]
             comp = compressors(flower, args.out, args.reps, up, down, tuple(args.suite or ("cartpole", "pendulum")),
-                               args.set)
+                               args.set, args.first_rep)
         if "secagg" in parts:
             sec = secagg(flower, args.out, args.secagg_reps or args.reps, sizes)
     finally:
