@@ -17,12 +17,12 @@ import numpy.typing as npt
 
 from fedrl.secagg.client_state import STAGES, ClientState, state_from_arrays, state_to_arrays
 from fedrl.secagg.crypto import KEY_BYTES, KeyPair, decrypt_share, encrypt_share, is_valid_public_key, prg_mask
-from fedrl.secagg.derive import mask_seed, pair_sign, share_ad, share_key
+from fedrl.secagg.derive import mask_seed, pair_sign, self_mask_key, share_ad, share_key
 from fedrl.secagg.errors import ClientRefused, ShareRejected, StageError
 from fedrl.secagg.messages import Keys, Masked, SharePayload, decode_payload, encode_payload
 from fedrl.secagg.params import Params
 from fedrl.secagg.ring import ring_reduce, to_ring_vector
-from fedrl.secagg.shamir import split_secret
+from fedrl.secagg.shamir import SEED_BYTES, split_secret
 
 log = logging.getLogger("fedrl")
 
@@ -129,7 +129,7 @@ class ClientSession:
         p, st = self.params, self._state
         peers = self._check_neighbour_keys(neigh_keys)
         keys = {v: share_key(st.c_sk, peers[v][0], p) for v in peers}
-        b_seed = os.urandom(KEY_BYTES)
+        b_seed = os.urandom(SEED_BYTES)
         holders = sorted((*peers, self.node))
         b_shares = split_secret(b_seed, p.threshold, holders)
         s_shares = split_secret(st.s_sk, p.threshold, holders)
@@ -185,7 +185,7 @@ class ClientSession:
                 rejected.append(v)
                 continue
             held[v] = (payload.b_share, payload.s_share)
-        y += prg_mask(st.b_seed, p.length, p.bits)
+        y += prg_mask(self_mask_key(st.b_seed), p.length, p.bits)
         for v in senders:
             pairwise = prg_mask(mask_seed(st.s_sk, st.peers[v][1], p), p.length, p.bits)
             if pair_sign(self.node, v) > 0:

@@ -13,7 +13,7 @@ import numpy as np
 
 from fedrl.secagg.crypto import KEY_BYTES
 from fedrl.secagg.params import Params
-from fedrl.secagg.shamir import SHARE_BYTES
+from fedrl.secagg.shamir import SEED_BYTES, SHARE_BYTES
 
 STAGES = ("advertise", "share", "mask", "unmask", "done")
 """Client stages in order; the state's ``stage`` is the index of the next call allowed."""
@@ -42,9 +42,9 @@ def _u8(b: bytes) -> np.ndarray:
     return np.frombuffer(b, dtype=np.uint8).copy()
 
 
-def _rows(pairs: list[tuple[bytes, bytes]], size: int) -> tuple[np.ndarray, np.ndarray]:
-    a = np.frombuffer(b"".join(p[0] for p in pairs), dtype=np.uint8).reshape(len(pairs), size).copy()
-    b = np.frombuffer(b"".join(p[1] for p in pairs), dtype=np.uint8).reshape(len(pairs), size).copy()
+def _rows(pairs: list[tuple[bytes, bytes]], size_a: int, size_b: int) -> tuple[np.ndarray, np.ndarray]:
+    a = np.frombuffer(b"".join(p[0] for p in pairs), dtype=np.uint8).reshape(len(pairs), size_a).copy()
+    b = np.frombuffer(b"".join(p[1] for p in pairs), dtype=np.uint8).reshape(len(pairs), size_b).copy()
     return a, b
 
 
@@ -52,8 +52,8 @@ def state_to_arrays(node: int, params: Params, state: ClientState) -> dict[str, 
     """Arrays from which :func:`state_from_arrays` rebuilds ``state`` for the same node and round."""
     peer_ids = sorted(state.peers)
     held_ids = sorted(state.held)
-    peer_c, peer_s = _rows([state.peers[v] for v in peer_ids], KEY_BYTES)
-    held_b, held_s = _rows([state.held[v] for v in held_ids], SHARE_BYTES)
+    peer_c, peer_s = _rows([state.peers[v] for v in peer_ids], KEY_BYTES, KEY_BYTES)
+    held_b, held_s = _rows([state.held[v] for v in held_ids], SEED_BYTES, SHARE_BYTES)
     return {
         "bind": np.array([node, params.round, state.stage], dtype=np.int64),
         "session": _u8(params.session),
@@ -114,7 +114,7 @@ def state_from_arrays(node: int, params: Params, arrays: Mapping[str, np.ndarray
         held_ids = _ids(arrays, "held_ids")
         peer_c = _table(arrays, "peer_c_pk", len(peer_ids), KEY_BYTES)
         peer_s = _table(arrays, "peer_s_pk", len(peer_ids), KEY_BYTES)
-        held_b = _table(arrays, "held_b", len(held_ids), SHARE_BYTES)
+        held_b = _table(arrays, "held_b", len(held_ids), SEED_BYTES)
         held_s = _table(arrays, "held_s", len(held_ids), SHARE_BYTES)
         return ClientState(
             stage=stage,

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import struct
 
-from fedrl.secagg.crypto import agree
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from fedrl.secagg.crypto import KEY_BYTES, agree
 from fedrl.secagg.params import Params
 
 _SHARE_LABEL = b"fedrl-secagg share"
 _MASK_LABEL = b"fedrl-secagg mask"
 _AD_LABEL = b"fedrl-secagg"
+_SELF_LABEL = b"fedrl-secagg self mask"
 
 
 def _round_bytes(params: Params) -> bytes:
@@ -28,6 +32,11 @@ def share_key(c_sk: bytes, peer_c_pk: bytes, params: Params) -> bytes:
 def mask_seed(s_sk: bytes, peer_s_pk: bytes, params: Params) -> bytes:
     """PRG seed ``s_uv`` of the pairwise mask between a node and a peer (symmetric in the pair)."""
     return agree(s_sk, peer_s_pk, _MASK_LABEL + _round_bytes(params))
+
+
+def self_mask_key(b_seed: bytes) -> bytes:
+    """The 32-byte PRG key of a node's self mask, from its 16-byte seed ``b`` (HKDF-SHA256)."""
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=_SELF_LABEL).derive(b_seed)
 
 
 def share_ad(params: Params, sender: int, receiver: int) -> bytes:

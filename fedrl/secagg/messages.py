@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedrl.secagg.errors import ShareRejected
-from fedrl.secagg.shamir import SHARE_BYTES
+from fedrl.secagg.shamir import SEED_BYTES, SHARE_BYTES
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Masked:
 # Stage 2 (share) and stage 4 (unmask) messages are plain dicts:
 #   share ciphertexts     {receiver: bytes}             (client -> server)
 #   routed ciphertexts    {sender: bytes}               (server -> client)
-#   unmask shares         {owner: 32-byte share}        (client -> server)
+#   unmask shares         {owner: share}                (client -> server; 16 bytes of b, 32 of a key)
 
 
 class SharePayload(NamedTuple):
@@ -62,14 +62,14 @@ class SharePayload(NamedTuple):
     round: int
 
 
-# 32-byte b share, 32-byte s share, then the share's x-coordinate, sender, receiver, round as big-endian uint64.
-_PAYLOAD = struct.Struct(f">{SHARE_BYTES}s{SHARE_BYTES}sQQQQ")
+# 16-byte b share, 32-byte s share, then the share's x-coordinate, sender, receiver, round as big-endian uint64.
+_PAYLOAD = struct.Struct(f">{SEED_BYTES}s{SHARE_BYTES}sQQQQ")
 
 
 def encode_payload(p: SharePayload) -> bytes:
-    """Fixed-size (96-byte) encoding of ``p``; raises ``ValueError`` on a wrong share size."""
-    if len(p.b_share) != SHARE_BYTES or len(p.s_share) != SHARE_BYTES:
-        raise ValueError(f"shares must be {SHARE_BYTES} bytes")
+    """Fixed-size (80-byte) encoding of ``p``; raises ``ValueError`` on a wrong share size."""
+    if len(p.b_share) != SEED_BYTES or len(p.s_share) != SHARE_BYTES:
+        raise ValueError(f"shares must be {SEED_BYTES} (b) and {SHARE_BYTES} (s) bytes")
     return _PAYLOAD.pack(*p)
 
 

@@ -17,12 +17,12 @@ from typing import NoReturn
 import numpy as np
 
 from fedrl.secagg.crypto import KeyPair, is_valid_public_key, prg_mask
-from fedrl.secagg.derive import mask_seed, pair_sign
+from fedrl.secagg.derive import mask_seed, pair_sign, self_mask_key
 from fedrl.secagg.errors import SecAggAbort, StageError
 from fedrl.secagg.messages import Keys, Masked
 from fedrl.secagg.params import Params
 from fedrl.secagg.ring import RingVector, ring_reduce, to_ring_vector
-from fedrl.secagg.shamir import SHARE_BYTES, combine
+from fedrl.secagg.shamir import SEED_BYTES, SHARE_BYTES, combine
 
 log = logging.getLogger("fedrl")
 
@@ -211,7 +211,8 @@ class SecAggServer:
                 self._exclude(w, "unmask response from a non-survivor or not a mapping")
                 continue
             for v, share in resp.items():
-                if v in got and w in self._holding[v] and isinstance(share, bytes) and len(share) == SHARE_BYTES:
+                size = SEED_BYTES if v in self.survivors else SHARE_BYTES  # b of a survivor, else a mask key
+                if v in got and w in self._holding[v] and isinstance(share, bytes) and len(share) == size:
                     got[v][w] = share
         return got
 
@@ -238,7 +239,7 @@ class SecAggServer:
         assert self._sum is not None
         total = self._sum.copy()
         for v in sorted(alive):
-            total -= prg_mask(combine(got[v], self._holders_u1(v), p.threshold), p.length, p.bits)
+            total -= prg_mask(self_mask_key(combine(got[v], self._holders_u1(v), p.threshold)), p.length, p.bits)
         for v in sorted(gone):
             s_sk = combine(got[v], self._holders_u1(v), p.threshold)
             if KeyPair.from_private(s_sk).public != self._keys[v][1]:

@@ -18,14 +18,15 @@ def test_share_x_is_one_plus_sorted_position() -> None:
         share_x(5, HOLDERS)
 
 
+@pytest.mark.parametrize("size", [16, 32])
 @pytest.mark.parametrize("t", [1, 2, 3, 5])
-def test_any_t_shares_reconstruct(t: int) -> None:
-    secret = os.urandom(32)
+def test_any_t_shares_reconstruct(t: int, size: int) -> None:
+    secret = os.urandom(size)
     shares = split_secret(secret, t, HOLDERS)
     assert sorted(shares) == sorted(HOLDERS)
-    assert all(len(s) == 32 for s in shares.values())
-    for size in range(t, len(HOLDERS) + 1):
-        for subset in itertools.combinations(HOLDERS, size):
+    assert all(len(s) == size for s in shares.values())
+    for count in range(t, len(HOLDERS) + 1):
+        for subset in itertools.combinations(HOLDERS, count):
             assert combine({h: shares[h] for h in subset}, HOLDERS, t) == secret
 
 
@@ -56,6 +57,7 @@ def test_halves_are_independent() -> None:
 def test_split_validation() -> None:
     for secret, t, holders in [
         (bytes(31), 2, HOLDERS),
+        (bytes(24), 2, HOLDERS),
         (bytes(32), 0, HOLDERS),
         (bytes(32), 6, HOLDERS),
         (bytes(32), 2, [1, 1, 2]),
@@ -70,8 +72,10 @@ def test_combine_validation() -> None:
     shares = split_secret(os.urandom(32), 2, HOLDERS)
     with pytest.raises(ValueError, match="non-holder"):
         combine({0: shares[0], 99: shares[3]}, HOLDERS, 2)
-    with pytest.raises(ValueError, match="32 bytes"):
+    with pytest.raises(ValueError, match="same length"):
         combine({0: shares[0], 3: shares[3][:16]}, HOLDERS, 2)
+    with pytest.raises(ValueError, match="16 or 32 bytes"):
+        combine({0: shares[0], 3: shares[3][:20]}, HOLDERS, 2)
     with pytest.raises(ValueError):
         combine(shares, HOLDERS, 6)
 
