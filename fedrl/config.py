@@ -191,6 +191,15 @@ class PrivacyConfig:
         _non_negative)
     delta: float = opt("privacy.delta", 1e-5, "δ of the reported (ε, δ)", _unit_open)
     accountant: Literal["rdp", "prv"] = opt("privacy.accountant", "rdp", "Opacus accountant: rdp or prv")
+    adaptive_clip: bool = opt("privacy.adaptive-clip", False,
+                              "central: the clip norm tracks a quantile of update norms (Andrew et al. 2021); "
+                              "privacy.clip-norm is where it starts")
+    target_quantile: float = opt("privacy.target-quantile", 0.5, "adaptive clip: fraction of updates left unclipped",
+                                 _unit_open)
+    clip_lr: float = opt("privacy.clip-lr", 0.2, "adaptive clip: geometric step of the clip norm per round", _positive)
+    count_noise: float = opt("privacy.count-noise", 0.0,
+                             "adaptive clip: std of the noise on the count of unclipped updates (0: nodes per "
+                             "round / 20, as the paper suggests)", _non_negative)
 
 
 @dataclass(frozen=True)

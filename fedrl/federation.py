@@ -130,6 +130,7 @@ class Federation:
         self.privacy = plan_for(cfg, self.spec.action_kind == "continuous")
         self.ledger = Ledger(self.privacy.accountant, self.privacy.delta) if self.privacy else None
         self._noise_rng = private_rng()
+        self.clip = self.privacy.clip if self.privacy else 0.0  # this round's clip norm (adaptive: moves)
 
     # --- planning -------------------------------------------------------------------
     def select(self, rnd: int) -> list[int]:
@@ -153,7 +154,8 @@ class Federation:
         s = self.cfg.strategy
         mu = s.proximal_mu if s.name == "fedprox" else 0.0
         ef_base = self.ef21.base(node) if self.ef21 is not None else -1
-        p = LocalPlan(node, rnd, self.cfg.num_server_rounds, self.cfg.seed, mu, self.moments[self.slot(node)], ef_base)
+        p = LocalPlan(node, rnd, self.cfg.num_server_rounds, self.cfg.seed, mu, self.moments[self.slot(node)], ef_base,
+                      self.clip)
         return p, self.casts[self.slot(node)].downlink(self.holds.get(node))
 
     def sent(self, node: int) -> list[np.ndarray]:
@@ -215,18 +217,25 @@ class Federation:
             if self.privacy is None:
                 mean = weighted_mean(deltas, [r.env_steps for r in replies])
             else:
-                mean = unflatten(self._private_mean([flatten(d) for d in deltas], rnd), g)
+                below = [r.metrics.get("clip_below") for r in replies]
+                mean = unflatten(self._private_mean([flatten(d) for d in deltas], rnd, below), g)
             self.models[0] = apply_delta(g, mean, lr)
             self._merge_moments(0, replies)
         self.env_steps += sum(r.env_steps for r in replies)
 
-    def _private_mean(self, deltas: list[np.ndarray], rnd: int | None) -> np.ndarray:
+    def _private_mean(self, deltas: list[np.ndarray], rnd: int | None,
+                      below: list[float | None] | None = None) -> np.ndarray:
         """DP-FedAvg's server step (McMahan et al. 2018), and one step of the privacy ledger.
 
         Nodes are weighted equally (so one node moves the sum by at most ``C``): central mode clips
         every update to ``C`` again (a node's own clipping is not trusted), adds N(0, (zC)^2) to
         the sum and divides by the number of nodes *selected*, which does not depend on anyone's
         data. Local mode: updates arrive noised; their plain mean is post-processing.
+
+        Adaptive clipping (Andrew et al. 2021): the update noise uses ``z_update`` (see
+        ``PrivacyPlan``), and the count of nodes whose update was within the clip norm, plus
+        N(0, count_std^2), moves the norm geometrically toward the target quantile. A reply without
+        a valid bit counts as clipped (0).
         """
         assert self.privacy is not None and self.ledger is not None
         p = self.privacy
@@ -235,9 +244,13 @@ class Federation:
             total = np.sum(deltas, axis=0, dtype=np.float64)
             out = np.asarray(total / len(deltas), np.float32)
         else:
-            total = np.sum([clip_l2(d, p.clip)[0] for d in deltas], axis=0, dtype=np.float64)
-            total += gaussian(self.n_params, p.z * p.clip, self._noise_rng)
+            total = np.sum([clip_l2(d, self.clip)[0] for d in deltas], axis=0, dtype=np.float64)
+            total += gaussian(self.n_params, p.z_update * self.clip, self._noise_rng)
             out = np.asarray(total / max(selected, 1), np.float32)
+            if p.adaptive:
+                bits = [1.0 if b == 1.0 else 0.0 for b in (below or [])]
+                count = sum(bits) + float(gaussian(1, p.count_std, self._noise_rng)[0])
+                self.clip *= math.exp(-p.clip_lr * (count / max(selected, 1) - p.quantile))
         self.ledger.step(p.z, p.q)
         return out
 
@@ -328,7 +341,8 @@ class Federation:
                 "bytes_down": self.bytes_down, "wall_time_s": self.wall_time_s + (time.time() - started),
                 "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
                 "bcast_round": [c.round for c in self.casts],
-                "privacy_history": self.ledger.to_list() if self.ledger is not None else []}
+                "privacy_history": self.ledger.to_list() if self.ledger is not None else [],
+                "clip_norm": self.clip}
         return Checkpoint(meta, arrays)
 
     def load_checkpoint(self, ck: Checkpoint) -> None:
@@ -351,6 +365,7 @@ class Federation:
             self.ef21.load_arrays(ck.arrays)
         if self.ledger is not None:  # the composition continues; never a fresh accountant
             self.ledger.load_list(ck.meta.get("privacy_history", []))
+            self.clip = float(ck.meta.get("clip_norm", self.clip))
         self.round = int(ck.meta["round"])
         self.env_steps = int(ck.meta["env_steps"])
         self.bytes_up = int(ck.meta["bytes_up"])

@@ -90,9 +90,11 @@ def handle_train(msg: Message, context: Context) -> Message:
     delta = flatten(res.weights) - flatten(weights)
     trained, metrics = res.weights, res.metrics
     if su.privacy is not None:  # clip (and, in local mode, noise) before anything leaves the node
-        delta = privatize(delta, su.privacy)
+        delta, below = privatize(delta, su.privacy, plan.clip_norm)
         trained = unflatten(flatten(weights) + delta, weights)
         metrics = {k: v for k, v in metrics.items() if k not in PRIVATE_METRICS}
+        if su.privacy.adaptive:
+            metrics["clip_below"] = float(below)  # noised by the server before use (central mode only)
     if setup_sa is not None:  # secure aggregation: reply with encrypted shares; the update stays here, masked later
         codec.store_node_state(context.state, plan.node, NodeState(kept))
         content = secure_client.start(cfg, context, plan.node, plan.round, codec.plan_record(msg.content), setup_sa,

@@ -31,7 +31,7 @@ _STATE_PREFIX = "fedrl.node"
 
 
 # Per-node training metrics the server records (metrics.jsonl); the rest stay on the node.
-REPORTED_METRICS = ("train_return", "train_seconds")
+REPORTED_METRICS = ("train_return", "train_seconds", "clip_below")  # clip_below: DP adaptive clipping's bit
 
 
 class WireError(ValueError):
@@ -127,7 +127,7 @@ def _get_payload(cr: ConfigRecord, prefix: str, blob: np.ndarray) -> Compressed:
 def encode_plan(plan: LocalPlan, dl: Downlink) -> RecordDict:
     cr = ConfigRecord({"node": plan.node, "round": plan.round, "total-rounds": plan.total_rounds,
                        "seed": plan.seed, "prox-mu": float(plan.prox_mu), "base-round": dl.base_round,
-                       "ef-base": plan.ef_base})
+                       "ef-base": plan.ef_base, "clip": float(plan.clip_norm)})
     rec = RecordDict({_PLAN: cr})
     if dl.delta is not None:
         rec[_WEIGHTS] = ArrayRecord({"blob": _put_payload(cr, _DELTA, dl.delta)})
@@ -143,8 +143,11 @@ def decode_plan(rec: RecordDict) -> tuple[LocalPlan, Downlink]:
     if not isinstance(mu, float):
         raise WireError("field 'prox-mu' must be a float")
     moments = _get_moments(cr)
+    clip = cr.get("clip", 0.0)
+    if not isinstance(clip, float) or not (np.isfinite(clip) and clip >= 0):
+        raise WireError("field 'clip' must be a finite float >= 0")
     plan = LocalPlan(_int(cr, "node"), _int(cr, "round"), _int(cr, "total-rounds"), _int(cr, "seed"), mu, moments,
-                     _int(cr, "ef-base"))
+                     _int(cr, "ef-base"), clip)
     if f"{_DELTA}.name" in cr:
         return plan, Downlink(None, _get_payload(cr, _DELTA, _blob(rec)), _int(cr, "base-round"))
     return plan, Downlink(_arrays(rec, _WEIGHTS))

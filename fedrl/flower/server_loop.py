@@ -96,9 +96,10 @@ def run(grid: Grid, cfg: Config) -> Path:
             print(msg, flush=True)
             break
         t0 = time.time()
+        clip = fed.clip  # this round's; adaptive clipping moves it during aggregation
         fields = secure_round(grid, fed, nm, rnd, ahead) if cfg.secagg.enabled else plain_round(grid, fed, nm, rnd)
         if fed.privacy is not None:
-            fields |= {"epsilon": fed.epsilon(), "delta": fed.privacy.delta}
+            fields |= {"epsilon": fed.epsilon(), "delta": fed.privacy.delta, "clip_norm": clip}
         fed.round = rnd
         if end_round(fed, folder, started, t0, fields):
             break

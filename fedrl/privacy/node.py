@@ -12,13 +12,15 @@ PRIVATE_METRICS = ("train_return",)
 """Per-node metrics that depend on the node's data: not sent under DP (they are not noised)."""
 
 
-def privatize(delta: np.ndarray, plan: PrivacyPlan) -> np.ndarray:
-    """Clip the flat update to ``plan.clip`` (L2); in local mode also add N(0, (z C)^2) per coordinate.
+def privatize(delta: np.ndarray, plan: PrivacyPlan, clip: float | None = None) -> tuple[np.ndarray, bool]:
+    """Clip the flat update to ``clip`` (default ``plan.clip``; L2); in local mode also add N(0, (z C)^2).
 
-    Local noise comes from :func:`private_rng`: the server, which knows the run's seed, cannot
-    replay it.
+    Returns the update and whether it was within the bound before clipping (the bit adaptive
+    clipping counts). Local noise comes from :func:`private_rng`: the server, which knows the
+    run's seed, cannot replay it.
     """
-    out, _ = clip_l2(delta, plan.clip)
+    bound = plan.clip if clip is None or clip <= 0 else clip
+    out, norm = clip_l2(delta, bound)
     if plan.mode == "local":
-        out = out + gaussian(out.size, plan.z * plan.clip, private_rng())
-    return out
+        out = out + gaussian(out.size, plan.z * bound, private_rng())
+    return out, norm <= bound

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fedrl.config import Config
@@ -21,11 +22,26 @@ class PrivacyPlan:
     accountant: str
     budget: float | None  # stop before a round that would take ε above this
     note: str  # what the accounting assumes, for the run's first lines
+    adaptive: bool = False
+    quantile: float = 0.5
+    clip_lr: float = 0.2
+    count_std: float = 0.0  # noise std on the count of unclipped updates (adaptive clipping)
+
+    @property
+    def z_update(self) -> float:
+        """Noise multiplier on the update sum. With adaptive clipping the count of unclipped updates
+        is released too; Andrew et al. (2021, Thm. 1) show the pair is as private as one Gaussian
+        mechanism with multiplier z when z_update = (z^-2 - (2 count_std)^-2)^(-1/2)."""
+        if not self.adaptive:
+            return self.z
+        return float((self.z ** -2 - (2 * self.count_std) ** -2) ** -0.5)
 
     def line(self, rounds: int) -> str:
         eps = epsilon_after(self.z, self.q, rounds, self.delta, self.accountant)
         where = "the server adds noise to the sum" if self.mode == "central" else "each node noises its own update"
-        return (f"privacy: {self.mode} DP ({where}), clip-norm {self.clip:g}, noise multiplier {self.z:.4g}, "
+        clip = (f"clip-norm adaptive from {self.clip:g} (quantile {self.quantile:g}, count noise {self.count_std:.3g}, "
+                f"update noise multiplier {self.z_update:.4g})" if self.adaptive else f"clip-norm {self.clip:g}")
+        return (f"privacy: {self.mode} DP ({where}), {clip}, noise multiplier {self.z:.4g}, "
                 f"sampling rate {self.q:g}, {self.accountant} accountant: ε = {eps:.3g} at δ = {self.delta:g} "
                 f"after {rounds} rounds{'; budget ε ≤ ' + format(self.budget, 'g') if self.budget else ''}. "
                 f"{self.note}")
@@ -75,4 +91,16 @@ def plan_for(cfg: Config, continuous: bool) -> PrivacyPlan | None:
         raise ConfigError("privacy.target-epsilon", f"one round with noise multiplier {z:g} already costs "
                                                 f"ε = {epsilon_after(z, q, 1, p.delta, p.accountant):.3g} > "
                                                 f"{budget:g}; raise privacy.noise-multiplier or the target")
-    return PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note)
+    count_std = 0.0
+    if p.adaptive_clip:
+        if p.mode != "central":
+            raise ConfigError("privacy.adaptive-clip", f"needs privacy.mode = central (got {p.mode}): each node's "
+                                                       "clipped-or-not bit is noised by the server")
+        per_round = min(cfg.nodes.count, max(cfg.min_train_nodes, math.ceil(cfg.fraction_train * cfg.nodes.count)))
+        count_std = p.count_noise or per_round / 20
+        if 2 * count_std <= z:
+            raise ConfigError("privacy.count-noise", f"the count noise {count_std:.3g} must exceed half the noise "
+                                                     f"multiplier ({z:.3g} / 2) so that the update noise can make up "
+                                                     "the rest (Andrew et al. 2021); raise privacy.count-noise")
+    return PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note, p.adaptive_clip,
+                       p.target_quantile, p.clip_lr, count_std)

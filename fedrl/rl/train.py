@@ -36,6 +36,7 @@ class LocalPlan:
     prox_mu: float = 0.0
     obs_moments: Moments | None = None  # global observation statistics (None: off)
     ef_base: int = -1  # EF21: round of the node's last update the server accepted (-1: none)
+    clip_norm: float = 0.0  # DP: this round's clip norm (adaptive clipping moves it; 0: privacy.clip-norm)
 
 
 @dataclass(frozen=True)

@@ -80,3 +80,20 @@ def test_the_budget_refuses_the_round_that_would_exceed_it() -> None:
         _moved(fed, [0.0, 0.0, 0.0], [0, 1, 2])
         allowed += 1
     assert allowed == 4 and fed.epsilon() == pytest.approx(4.729, abs=1e-3)
+
+
+@pytest.mark.parametrize(("bit", "low", "high"), [(1.0, 0.86, 0.951), (0.0, 1.051, 1.17)])
+def test_adaptive_clip_moves_toward_the_quantile(bit: float, low: float, high: float) -> None:
+    # z = 0.2 and count noise 0.15: the noisy fraction has std 0.05, the exponent 0.01 (bounds: 5 of them).
+    fed = _fed(**CENTRAL, **{"privacy.noise-multiplier": 0.2, "privacy.adaptive-clip": True,
+                             "privacy.count-noise": 0.15})
+    g = [w.copy() for w in fed.models[0]]
+    assert fed.plan(0, 1)[0].clip_norm == 0.5
+    fed.aggregate([Reply(n, g, 256, None, {"clip_below": bit}) for n in range(3)])
+    assert low < fed.clip / 0.5 < high
+    assert fed.plan(0, 2)[0].clip_norm == fed.clip
+    back = _fed(**CENTRAL, **{"privacy.noise-multiplier": 0.2, "privacy.adaptive-clip": True,
+                              "privacy.count-noise": 0.15})
+    fed.round = 1
+    back.load_checkpoint(fed.to_checkpoint(0.0))
+    assert back.clip == fed.clip

@@ -57,3 +57,16 @@ def test_local_dp_runs_and_accounts(flower: LocalFlower, tmp_path: Path) -> None
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     rows = _rows(out / "l")
     assert [r["epsilon"] for r in rows] == [epsilon_after(1.0, 1.0, r, 1e-5) for r in (1, 2)]
+
+
+def test_adaptive_clipping_moves_the_clip_norm_between_rounds(flower: LocalFlower, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    res = flower.run(REPO, f"{SMALL} num-server-rounds=3 privacy.mode='central' privacy.noise-multiplier=0.5 "
+                           "privacy.adaptive-clip=true privacy.count-noise=0.5 privacy.clip-norm=1e-4 "
+                           f"privacy.clip-lr=0.5 output-dir='{out}' run-name='a'")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = _rows(out / "a")
+    clips = [r["clip_norm"] for r in rows]
+    # Every PPO update is far longer than 1e-4: all clipped, so the norm grows by about e^(0.5 * 0.5) a round.
+    assert clips[0] == 1e-4 and clips[2] > clips[1] > clips[0], clips
+    assert [r["epsilon"] for r in rows] == [epsilon_after(0.5, 1.0, r, 1e-5) for r in (1, 2, 3)]

@@ -163,8 +163,29 @@ def test_privatize_clips_and_local_mode_adds_noise_of_the_right_size() -> None:
     local = _plan(**{"privacy.mode": "local", "privacy.noise-multiplier": 2.0, "privacy.clip-norm": 0.5})
     assert central is not None and local is not None
     v = np.full(100_000, 1.0, np.float32)
-    c = privatize(v, central)
-    assert float(np.linalg.norm(c.astype(np.float64))) <= 0.5
+    c, below = privatize(v, central)
+    assert float(np.linalg.norm(c.astype(np.float64))) <= 0.5 and not below
     np.testing.assert_allclose(c, np.full_like(v, 0.5 / math.sqrt(v.size)), rtol=2e-6)
-    noisy = privatize(v, local)
+    noisy, _ = privatize(v, local)
     assert float((noisy - c).std()) == pytest.approx(1.0, rel=0.02)  # z * C
+    small, below = privatize(v * 1e-4, central, clip=0.5)
+    assert below and np.array_equal(small, v * np.float32(1e-4))
+    wider, below = privatize(v, central, clip=2.0)  # adaptive clipping's norm of the round
+    assert float(np.linalg.norm(wider.astype(np.float64))) == pytest.approx(2.0, rel=1e-5) and not below
+
+
+def test_adaptive_clipping_splits_the_noise_as_andrew_et_al() -> None:
+    p = _plan(**{"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "privacy.adaptive-clip": True,
+                 "privacy.count-noise": 2.0})
+    assert p is not None and p.adaptive and p.count_std == 2.0
+    assert p.z_update == pytest.approx((1.0 - 1 / 16) ** -0.5)  # z^-2 = z_update^-2 + (2 sigma_b)^-2
+    assert "adaptive" in p.line(30)
+    default = _plan(**{"privacy.mode": "central", "privacy.noise-multiplier": 0.5, "privacy.adaptive-clip": True,
+                       "nodes.count": 40})
+    assert default is not None and default.count_std == 2.0  # 40 nodes a round / 20
+    with pytest.raises(ConfigError) as err:
+        _plan(**{"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "privacy.adaptive-clip": True})
+    assert err.value.key == "privacy.count-noise"  # 8 nodes: 0.4, and 2 x 0.4 <= 1
+    with pytest.raises(ConfigError) as err:
+        _plan(**{"privacy.mode": "local", "privacy.noise-multiplier": 1.0, "privacy.adaptive-clip": True})
+    assert err.value.key == "privacy.adaptive-clip"
