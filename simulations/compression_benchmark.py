@@ -83,7 +83,7 @@ def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, re
                        f"run-name='{name}' {knobs} compression.up='{up_name}' compression.down='{down}'")
     _fedrl(flower, rc, 8)
     summary, rows = _load(out / name)
-    return {"up": up, "down": down, "bytes_up": _per_node_round(rows, "bytes_up"),
+    return {"up": up, "down": down, "rep": rep, "bytes_up": _per_node_round(rows, "bytes_up"),
             "bytes_down": _per_node_round(rows, "bytes_down"),
             "final": [e["mean_return"] for e in summary["eval"]]}
 
@@ -103,10 +103,21 @@ def compressors(flower: Flower, out: Path, reps: int, uplink: list[str], downlin
     return results
 
 
+def _paired_loss(base: list[dict], rs: list[dict]) -> float:
+    """Median over seeds of the per-seed loss against ``none`` on the same seed (same variants and
+    initial model): chaotic divergence between runs is large on Pendulum, so unpaired medians of
+    a few seeds can differ by more than any compressor's effect."""
+    by_seed = {r["rep"]: float(np.mean(r["final"])) for r in base}
+    losses = [100 * (by_seed[r["rep"]] - float(np.mean(r["final"]))) / abs(by_seed[r["rep"]])
+              for r in rs if r.get("rep") in by_seed]
+    return statistics.median(losses) if losses else float("nan")
+
+
 def compressor_table(results: dict[str, list[dict]]) -> None:
     print("\n(a) compressors: bytes per node per round (medians), final eval return per variant")
+    print("    loss %: of the median return against none's; paired %: median over seeds of the same-seed loss")
     print(f"{'suite':<9}{'up':<9}{'down':<9}{'bytes up':>10}{'x fewer':>9}{'bytes down':>11}{'x fewer':>9}"
-          f"{'mean ret':>10}{'loss %':>8}  per variant")
+          f"{'mean ret':>10}{'loss %':>8}{'paired %':>9}  per variant")
     for suite in ("cartpole", "pendulum"):
         base = results.get(f"{suite}/none/none")
         if not base:
@@ -124,7 +135,7 @@ def compressor_table(results: dict[str, list[dict]]) -> None:
             ret = statistics.median(float(np.mean(r["final"])) for r in rs)
             loss = 100 * (b_ret - ret) / abs(b_ret)  # positive: worse than none
             print(f"{suite:<9}{up:<9}{down:<9}{bu:>10,.0f}{b_up / bu:>9.2f}{bd:>11,.0f}{b_down / bd:>9.2f}"
-                  f"{ret:>10.1f}{loss:>8.1f}  {' '.join(f'{f:.0f}' for f in finals)}")
+                  f"{ret:>10.1f}{loss:>8.1f}{_paired_loss(base, rs):>9.1f}  {' '.join(f'{f:.0f}' for f in finals)}")
 
 
 # --- (b) secure aggregation -----------------------------------------------------------------
