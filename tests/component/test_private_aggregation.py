@@ -97,3 +97,14 @@ def test_adaptive_clip_moves_toward_the_quantile(bit: float, low: float, high: f
     fed.round = 1
     back.load_checkpoint(fed.to_checkpoint(0.0))
     assert back.clip == fed.clip
+
+
+@pytest.mark.parametrize(("z", "count_noise"), [(1.0, 2.0), (0.5, 0.4), (3.0, 1.6)])
+def test_adaptive_update_noise_agrees_with_flowers_helper(z: float, count_noise: float) -> None:
+    from flwr.supercore.differential_privacy import compute_adaptive_noise_params
+
+    fed = _fed(**CENTRAL, **{"privacy.noise-multiplier": z, "privacy.adaptive-clip": True,
+                             "privacy.count-noise": count_noise})
+    assert fed.privacy is not None
+    assert (fed.privacy.count_std, fed.privacy.z_update) == pytest.approx(
+        compute_adaptive_noise_params(z, 3, count_noise))
