@@ -174,6 +174,11 @@ def _unit_open(v: Any) -> str | None:
     return None if 0 < v < 1 else "must be in (0, 1)"
 
 
+def norm_on(setting: str, continuous: bool) -> bool:
+    """Whether an ``algo.norm-obs``/``algo.norm-reward`` setting is on (``auto``: for continuous actions)."""
+    return setting == "on" or (setting == "auto" and continuous)
+
+
 @dataclass(frozen=True)
 class PrivacyConfig:
     mode: Literal["off", "central", "local"] = opt(

@@ -248,8 +248,7 @@ class Federation:
             total += gaussian(self.n_params, p.z_update * self.clip, self._noise_rng)
             out = np.asarray(total / max(selected, 1), np.float32)
             if p.adaptive:
-                bits = [1.0 if b == 1.0 else 0.0 for b in (below or [])]
-                count = sum(bits) + float(gaussian(1, p.count_std, self._noise_rng)[0])
+                count = sum(b == 1.0 for b in below or []) + float(gaussian(1, p.count_std, self._noise_rng)[0])
                 self.clip *= math.exp(-p.clip_lr * (count / max(selected, 1) - p.quantile))
         self.ledger.step(p.z, p.q)
         return out

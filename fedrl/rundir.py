@@ -53,11 +53,11 @@ def round_line(row: dict[str, Any], total: int) -> str:
     ev = ""
     if "eval_mean_return" in row:
         ev = f" | eval mean {row['eval_mean_return']:8.1f} min {row['eval_min_return']:8.1f}"
-    failed = f" | {len(row['nodes_failed'])} left out" if row.get("nodes_failed") else ""
+    tail = f" | {len(row['nodes_failed'])} left out" if row.get("nodes_failed") else ""
     if row.get("epsilon") is not None:
-        failed += f" | ε {row['epsilon']:.2f}"
+        tail += f" | ε {row['epsilon']:.2f}"
     return (f"round {row['round']:>4}/{total}{ev} | env steps {row['env_steps']:>9,} | up {_mb(row['bytes_up'])}"
-            f" down {_mb(row['bytes_down'])} | {row['round_time_s']:.1f} s{failed}")
+            f" down {_mb(row['bytes_down'])} | {row['round_time_s']:.1f} s{tail}")
 
 
 def end_round(fed: Federation, folder: RunFolder, started: float, round_started: float, fields: dict[str, Any]) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedrl.compression.ring_codes import required_ring_bits
-from fedrl.config import Config, from_run_config
+from fedrl.config import Config, from_run_config, norm_on
 from fedrl.dropout import SECAGG_STAGES
 from fedrl.envs.families import check_env_id, check_params, check_values
 from fedrl.envs.make import make_env
@@ -86,7 +86,7 @@ def pipeline_error(cfg: Config) -> ConfigError | None:
         return ConfigError("compression.error-feedback", f"secagg.enabled = true with compression.error-feedback = "
                                                          f"{c.error_feedback}: "
                                                          "quantize is unbiased; error feedback is not supported there")
-    if cfg.algo.norm_obs == "on" or (cfg.algo.norm_obs == "auto" and _continuous(cfg)):
+    if norm_on(cfg.algo.norm_obs, cfg.algo.norm_obs == "auto" and _continuous(cfg)):  # env built only for auto
         return ConfigError("algo.norm-obs", "secagg.enabled = true with observation normalization on (algo.norm-obs; "
                                             "auto is on for continuous actions): each node's observation statistics "
                                             "would travel in the clear; set algo.norm-obs = off")

@@ -74,7 +74,8 @@ def handle_train(msg: Message, context: Context) -> Message:
     if not 0 <= plan.node < len(su.variants):
         raise ValueError(f"plan for node {plan.node}, but nodes.count is {len(su.variants)}")
     maybe_fail(cfg, plan.round, plan.node, "train")
-    setup_sa = secure_codec.get_setup(codec.plan_record(msg.content))
+    plan_cr = codec.plan_record(msg.content)
+    setup_sa = secure_codec.get_setup(plan_cr)
     if setup_sa is not None and not secure_client.has_keys(context, plan.node):
         raise codec.WireError(f"node {plan.node} holds no secure-aggregation keys for this round")
     state = codec.load_node_state(context.state, plan.node)
@@ -97,8 +98,8 @@ def handle_train(msg: Message, context: Context) -> Message:
             metrics["clip_below"] = float(below)  # noised by the server before use (central mode only)
     if setup_sa is not None:  # secure aggregation: reply with encrypted shares; the update stays here, masked later
         codec.store_node_state(context.state, plan.node, NodeState(kept))
-        content = secure_client.start(cfg, context, plan.node, plan.round, codec.plan_record(msg.content), setup_sa,
-                                      delta, res.env_steps, res.metrics)
+        content = secure_client.start(cfg, context, plan.node, plan.round, plan_cr, setup_sa, delta, res.env_steps,
+                                      metrics)
         return Message(content, reply_to=msg)
     update, ef_base = None, -1
     if su.up.active:

@@ -25,13 +25,10 @@ def _make(kind: str) -> IAccountant:
 
 def epsilon_after(z: float, q: float, steps: int, delta: float, kind: str = "rdp") -> float:
     """ε at ``delta`` after ``steps`` rounds of the Gaussian mechanism (z, q); inf when z is 0."""
-    if steps == 0:
-        return 0.0
-    if z <= 0:
-        return float("inf")
-    acc = _make(kind)
-    acc.history = [(float(z), float(q), int(steps))]
-    return float(acc.get_epsilon(delta=delta))
+    led = Ledger(kind, delta)
+    if steps:
+        led.history = [(float(z), float(q), int(steps))]
+    return led.epsilon()
 
 
 def noise_for_target(target_epsilon: float, delta: float, q: float, steps: int, kind: str = "rdp") -> float:

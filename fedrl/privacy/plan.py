@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fedrl.config import Config
+from fedrl.config import Config, norm_on
 from fedrl.errors import ConfigError
 from fedrl.privacy.accounting import epsilon_after, noise_for_target
 
@@ -68,7 +68,7 @@ def plan_for(cfg: Config, continuous: bool) -> PrivacyPlan | None:
                                       "the ring (distributed DP) is not built yet; turn one of them off")
     if cfg.strategy.name == "local":
         raise ConfigError("privacy.mode", "privacy.mode with strategy.name = local: there is no aggregate to protect")
-    if cfg.algo.norm_obs == "on" or (cfg.algo.norm_obs == "auto" and continuous):
+    if norm_on(cfg.algo.norm_obs, continuous):
         raise ConfigError("algo.norm-obs", f"privacy.mode = {p.mode} with observation normalization on "
                                        "(algo.norm-obs; auto is on for continuous actions): each node's observation "
                                        "statistics would travel without noise; set algo.norm-obs = off")

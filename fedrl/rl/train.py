@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fedrl.config import AlgoConfig
+from fedrl.config import AlgoConfig, norm_on
 from fedrl.envs.snapshot import restore, snapshot
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, set_weights
 from fedrl.rl.normalize import Moments
@@ -78,7 +78,7 @@ def round_lr(algo: AlgoConfig, rnd: int, total_rounds: int) -> float:
 
 
 def uses_norm(setting: str, spec: PolicySpec) -> bool:
-    return setting == "on" or (setting == "auto" and spec.action_kind == "continuous")
+    return norm_on(setting, spec.action_kind == "continuous")
 
 
 def _adam_to_arrays(opt: torch.optim.Adam) -> dict[str, np.ndarray]:

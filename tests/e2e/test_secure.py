@@ -18,6 +18,16 @@ def _metrics(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
+SMALL = "nodes.count=4 algo.local-steps=256 eval.episodes=1"
+
+
+def _run(flower: LocalFlower, out: Path, overrides: str, name: str) -> list[dict]:
+    """Run to completion into ``out/name`` and return its metrics rows."""
+    res = flower.run(REPO, f"{overrides} output-dir='{out}' run-name='{name}'")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return _metrics(out / name)
+
+
 def _per_round(rows: list[dict], key: str) -> list[int]:
     totals = [r[key] for r in rows]
     return [b - a for a, b in zip([0, *totals[:-1]], totals, strict=True)]
@@ -46,11 +56,8 @@ def test_secure_quantized_cartpole_with_dropouts_solves_every_variant(flower: Lo
 
 def test_too_few_survivors_abort_the_round_and_training_goes_on(flower: LocalFlower, tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    over = (f"{SECURE} nodes.count=4 algo.local-steps=256 eval.episodes=1 num-server-rounds=2 "
-            f"nodes.dropout-prob=1.0 nodes.dropout-stage='mask' output-dir='{out}' run-name='a'")
-    res = flower.run(REPO, over)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    rows = _metrics(out / "a")
+    rows = _run(flower, out, f"{SECURE} {SMALL} num-server-rounds=2 nodes.dropout-prob=1.0 "
+                             "nodes.dropout-stage='mask'", "a")
     assert len(rows) == 2
     for r in rows:
         assert r["nodes_trained"] == [] and "threshold" in r["secagg_aborted"]
@@ -60,12 +67,8 @@ def test_too_few_survivors_abort_the_round_and_training_goes_on(flower: LocalFlo
 
 
 def test_compressed_uplink_and_downlink_through_the_engine(flower: LocalFlower, tmp_path: Path) -> None:
-    out = tmp_path / "runs"
-    small = "nodes.count=4 algo.local-steps=256 eval.episodes=1 num-server-rounds=3"
-    res = flower.run(REPO, f"{small} compression.up='topk' compression.fraction=0.01 compression.down='quantize' "
-                           f"output-dir='{out}' run-name='c'")
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    rows = _metrics(out / "c")
+    rows = _run(flower, tmp_path / "runs", f"{SMALL} num-server-rounds=3 compression.up='topk' "
+                                           "compression.fraction=0.01 compression.down='quantize'", "c")
     assert all(r["nodes_trained"] == [0, 1, 2, 3] for r in rows)
     up = _per_round(rows, "bytes_up")
     down = _per_round(rows, "bytes_down")
@@ -74,12 +77,7 @@ def test_compressed_uplink_and_downlink_through_the_engine(flower: LocalFlower, 
 
 
 def test_keys_go_out_ahead_so_later_rounds_take_three_exchanges(flower: LocalFlower, tmp_path: Path) -> None:
-    out = tmp_path / "runs"
-    over = (f"{SECURE} nodes.count=4 algo.local-steps=256 eval.episodes=1 num-server-rounds=3 "
-            f"secagg.send-metrics=true output-dir='{out}' run-name='k'")
-    res = flower.run(REPO, over)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    rows = _metrics(out / "k")
+    rows = _run(flower, tmp_path / "runs", f"{SECURE} {SMALL} num-server-rounds=3 secagg.send-metrics=true", "k")
     assert [r["nodes_trained"] for r in rows] == [[0, 1, 2, 3]] * 3
     stages = [set(r["secagg_seconds"]) for r in rows]
     assert stages[0] == {"keys", "train+share", "mask", "unmask", "server-unmask"}, stages
