@@ -205,6 +205,13 @@ class PrivacyConfig:
     count_noise: float = opt("privacy.count-noise", 0.0,
                              "adaptive clip: std of the noise on the count of unclipped updates (0: nodes per "
                              "round / 20, as the paper suggests)", _non_negative)
+    audit_canaries: int = opt("privacy.audit-canaries", 0,
+                              "one-run audit (Steinke et al. 2023), central mode: plant this many canary updates, "
+                              "each included with probability 1/2, and report an empirical ε lower bound (0: off)",
+                              _non_negative)
+    unsafe_no_noise: bool = opt("privacy.unsafe-no-noise", False,
+                                "only to check the audit: add no noise but account as if it did; the reported ε is "
+                                "then false (needs privacy.audit-canaries)")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
 from fedrl.errors import ConfigError
 from fedrl.privacy import Ledger, clip_l2, gaussian, private_rng
+from fedrl.privacy.audit import AuditResult, CanaryAudit
 from fedrl.privacy.plan import plan_for
 from fedrl.rl.evaluate import evaluate
 from fedrl.rl.networks import ActorCritic, PolicySpec, check_weights, get_weights, spec_for, weight_names
@@ -131,6 +133,8 @@ class Federation:
         self.ledger = Ledger(self.privacy.accountant, self.privacy.delta) if self.privacy else None
         self._noise_rng = private_rng()
         self.clip = self.privacy.clip if self.privacy else 0.0  # this round's clip norm (adaptive: moves)
+        self.audit = (CanaryAudit(self.privacy.audit, self.n_params, secrets.randbits(64))
+                      if self.privacy is not None and self.privacy.audit else None)
 
     # --- planning -------------------------------------------------------------------
     def select(self, rnd: int) -> list[int]:
@@ -244,8 +248,13 @@ class Federation:
             total = np.sum(deltas, axis=0, dtype=np.float64)
             out = np.asarray(total / len(deltas), np.float32)
         else:
-            total = np.sum([clip_l2(d, self.clip)[0] for d in deltas], axis=0, dtype=np.float64)
-            total += gaussian(self.n_params, p.z_update * self.clip, self._noise_rng)
+            total = np.asarray(np.sum([clip_l2(d, self.clip)[0] for d in deltas], axis=0, dtype=np.float64))
+            if self.audit is not None:  # canary nodes: each an update of norm C, inside the mechanism
+                total += self.audit.inject(self.round + 1 if rnd is None else rnd, self.clip)
+            if not p.no_noise:
+                total += gaussian(self.n_params, p.z_update * self.clip, self._noise_rng)
+            if self.audit is not None:
+                self.audit.observe(total, self.clip)
             out = np.asarray(total / max(selected, 1), np.float32)
             if p.adaptive:
                 count = sum(b == 1.0 for b in below or []) + float(gaussian(1, p.count_std, self._noise_rng)[0])
@@ -257,6 +266,12 @@ class Federation:
     def epsilon(self) -> float | None:
         """ε spent so far at ``privacy.delta`` (None without DP)."""
         return None if self.ledger is None else self.ledger.epsilon()
+
+    def audit_result(self) -> AuditResult | None:
+        """The one-run audit's verdict so far (None without ``privacy.audit-canaries``)."""
+        if self.audit is None or self.privacy is None or self.audit.rounds == 0:
+            return None
+        return self.audit.result(self.privacy.delta, self.epsilon() or 0.0)
 
     def budget_allows_next_round(self) -> bool:
         """False when one more released round would take ε above ``privacy.target-epsilon``."""
@@ -336,6 +351,8 @@ class Federation:
                 arrays.update({f"bcast{s}/{i}": a for i, a in enumerate(self.casts[s].base)})
         if self.ef21 is not None:
             arrays.update(self.ef21.to_arrays())
+        if self.audit is not None:
+            arrays.update(self.audit.to_arrays())
         meta = {"round": self.round, "env_steps": self.env_steps, "bytes_up": self.bytes_up,
                 "bytes_down": self.bytes_down, "wall_time_s": self.wall_time_s + (time.time() - started),
                 "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
@@ -365,6 +382,8 @@ class Federation:
         if self.ledger is not None:  # the composition continues; never a fresh accountant
             self.ledger.load_list(ck.meta.get("privacy_history", []))
             self.clip = float(ck.meta.get("clip_norm", self.clip))
+        if self.audit is not None and "audit/meta" in ck.arrays:  # same canaries, scores so far
+            self.audit = CanaryAudit.from_arrays(ck.arrays, self.n_params)
         self.round = int(ck.meta["round"])
         self.env_steps = int(ck.meta["env_steps"])
         self.bytes_up = int(ck.meta["bytes_up"])

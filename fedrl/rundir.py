@@ -7,6 +7,7 @@ the PNG learning curves and prints the per-variant table.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from fedrl import checkpoint
 from fedrl.errors import ConfigError
 from fedrl.federation import Federation
 from fedrl.results import RunFolder
+
+log = logging.getLogger("fedrl")
 
 
 def resolve_run_folder(fed: Federation) -> RunFolder:
@@ -107,6 +110,13 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         "epsilon": fed.epsilon(),
         "delta": fed.privacy.delta if fed.privacy is not None else None,
     }
+    audit = fed.audit_result()
+    if audit is not None:
+        summary["audit"] = audit.to_dict()
+        if fed.privacy is not None and fed.privacy.no_noise:
+            summary["audit"]["unsafe_no_noise"] = True  # the run's ε is false: no noise was added
+        (log.warning if audit.flagged else log.info)(audit.line())
+        print(audit.line(), flush=True)
     if fed.per_node:
         cross = fed.evaluate_cross()
         summary["eval_cross"] = cross  # row i: node i's own model on every variant

@@ -159,8 +159,9 @@ def main() -> int:
     for suite in args.only or list(SUITES):
         fed, cen = results.get(f"{suite}/federated"), results.get(f"{suite}/central")
         if fed and cen:
-            sps = med([r["steps_per_s"] for r in fed]), med([r["steps_per_s"] for r in cen])
-            print(f"  {suite}: federated/centralized env steps per second = {sps[0] / sps[1]:.2f}  (target >= 0.7)")
+            sf, sc = med([r["steps_per_s"] for r in fed]), med([r["steps_per_s"] for r in cen])
+            if sf is not None and sc:
+                print(f"  {suite}: federated/centralized env steps per second = {sf / sc:.2f}  (target >= 0.7)")
         alone = results.get(f"{suite}/central-default")
         if fed and alone:
             a, b = med([r["solved_steps"] for r in fed]), med([r["solved_steps"] for r in alone])

@@ -26,6 +26,8 @@ class PrivacyPlan:
     quantile: float = 0.5
     clip_lr: float = 0.2
     count_std: float = 0.0  # noise std on the count of unclipped updates (adaptive clipping)
+    audit: int = 0  # canaries of the one-run audit (0: no audit)
+    no_noise: bool = False  # privacy.unsafe-no-noise: the audit's negative control
 
     @property
     def z_update(self) -> float:
@@ -44,7 +46,10 @@ class PrivacyPlan:
         return (f"privacy: {self.mode} DP ({where}), {clip}, noise multiplier {self.z:.4g}, "
                 f"sampling rate {self.q:g}, {self.accountant} accountant: ε = {eps:.3g} at δ = {self.delta:g} "
                 f"after {rounds} rounds{'; budget ε ≤ ' + format(self.budget, 'g') if self.budget else ''}. "
-                f"{self.note}")
+                f"{self.note}"
+                + (f" Audit: {self.audit} canary updates." if self.audit else "")
+                + (" UNSAFE: privacy.unsafe-no-noise is on, no noise is added and this ε is FALSE." if self.no_noise
+                   else ""))
 
 
 def plan_for(cfg: Config, continuous: bool) -> PrivacyPlan | None:
@@ -55,6 +60,9 @@ def plan_for(cfg: Config, continuous: bool) -> PrivacyPlan | None:
     """
     p = cfg.privacy
     if p.mode == "off":
+        if p.audit_canaries > 0 or p.unsafe_no_noise:
+            key = "privacy.audit-canaries" if p.audit_canaries > 0 else "privacy.unsafe-no-noise"
+            raise ConfigError(key, "is set but privacy.mode = off: there is no DP run to audit")
         if p.target_epsilon > 0 or p.noise_multiplier > 0:
             key = "privacy.target-epsilon" if p.target_epsilon > 0 else "privacy.noise-multiplier"
             raise ConfigError(key, "is set but privacy.mode = off, so no noise would be added; set privacy.mode "
@@ -102,5 +110,24 @@ def plan_for(cfg: Config, continuous: bool) -> PrivacyPlan | None:
             raise ConfigError("privacy.count-noise", f"the count noise {count_std:.3g} must exceed half the noise "
                                                      f"multiplier ({z:.3g} / 2) so that the update noise can make up "
                                                      "the rest (Andrew et al. 2021); raise privacy.count-noise")
+    _check_audit(cfg)
     return PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note, p.adaptive_clip,
-                       p.target_quantile, p.clip_lr, count_std)
+                       p.target_quantile, p.clip_lr, count_std, p.audit_canaries, p.unsafe_no_noise)
+
+
+def _check_audit(cfg: Config) -> None:
+    p = cfg.privacy
+    if p.unsafe_no_noise and p.audit_canaries == 0:
+        raise ConfigError("privacy.unsafe-no-noise", "is only for checking the privacy audit and needs "
+                                                     "privacy.audit-canaries > 0")
+    if p.audit_canaries == 0:
+        return
+    if p.mode != "central":
+        raise ConfigError("privacy.audit-canaries", f"the audit plants canaries in the server's noisy sum: it needs "
+                                                    f"privacy.mode = central (got {p.mode})")
+    if p.adaptive_clip:
+        raise ConfigError("privacy.audit-canaries", "with privacy.adaptive-clip = true is not supported: the "
+                                                    "canaries would move the clip norm; audit a fixed clip norm")
+    if p.audit_canaries < 2:
+        raise ConfigError("privacy.audit-canaries", f"needs at least 2 canaries (got {p.audit_canaries}); "
+                                                    "hundreds give a useful bound")
