@@ -109,6 +109,7 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         "strategy": fed.cfg.strategy.name,
         "epsilon": fed.epsilon(),
         "delta": fed.privacy.delta if fed.privacy is not None else None,
+        "noise_multiplier": fed.privacy.z if fed.privacy is not None else None,
     }
     audit = fed.audit_result()
     if audit is not None:
