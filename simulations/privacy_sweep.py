@@ -106,7 +106,7 @@ def result_row(folder: Path, run: dict[str, str], wall: float) -> dict[str, obje
             "audit_epsilon_lower": (summary.get("audit") or {}).get("epsilon_lower")}
 
 
-def read_csv(path: Path, fields: list[str]) -> dict[str, dict[str, str]]:
+def read_csv(path: Path, fields: list[str]) -> dict[str, dict[str, object]]:
     if not path.exists():
         return {}
     with path.open() as f:
@@ -114,7 +114,7 @@ def read_csv(path: Path, fields: list[str]) -> dict[str, dict[str, str]]:
         if reader.fieldnames != fields:
             sys.exit(f"privacy_sweep: {path} has columns {reader.fieldnames}, this grid needs {fields}; "
                      "use another --out for a different grid")
-        return {r["run"]: r for r in reader}
+        return {r["run"]: dict(r) for r in reader}
 
 
 def write_csv(path: Path, fields: list[str], rows: dict[str, dict]) -> None:
