@@ -181,10 +181,11 @@ def norm_on(setting: str, continuous: bool) -> bool:
 
 @dataclass(frozen=True)
 class PrivacyConfig:
-    mode: Literal["off", "central", "local"] = opt(
+    mode: Literal["off", "central", "distributed", "local"] = opt(
         "privacy.mode", "off",
         "client-level DP: central (nodes clip, the server adds Gaussian noise to the sum, DP-FedAvg), "
-        "local (each node noises its own clipped update), off")
+        "distributed (with secagg: each node adds Skellam noise inside the ring), local (each node noises its own "
+        "clipped update), off")
     clip_norm: float = opt("privacy.clip-norm", 1.0, "L2 bound C on each node's whole update", _positive)
     noise_multiplier: float = opt(
         "privacy.noise-multiplier", 0.0,

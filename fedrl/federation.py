@@ -29,11 +29,12 @@ from fedrl.compression.base import Compressed
 from fedrl.compression.downlink import Broadcaster, Downlink
 from fedrl.compression.ef21 import ServerEF21
 from fedrl.compression.pipeline import Stage, decompress, flatten, stage, unflatten
+from fedrl.compression.ring_codes import required_ring_bits
 from fedrl.config import Config, to_flat
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
 from fedrl.errors import ConfigError
-from fedrl.privacy import Ledger, clip_l2, gaussian, private_rng
+from fedrl.privacy import clip_l2, gaussian, private_rng
 from fedrl.privacy.audit import AuditResult, CanaryAudit
 from fedrl.privacy.plan import plan_for
 from fedrl.rl.evaluate import evaluate
@@ -129,8 +130,8 @@ class Federation:
         self.holds: dict[int, int] = {}  # node -> round of the broadcast it holds (downlink compression)
         self.n_params = int(sum(w.size for w in w0))
         self.ef21 = ServerEF21(self.up, self.n_params) if self.up.ef21 else None
-        self.privacy = plan_for(cfg, self.spec.action_kind == "continuous")
-        self.ledger = Ledger(self.privacy.accountant, self.privacy.delta) if self.privacy else None
+        self.privacy = plan_for(cfg, self.spec.action_kind == "continuous", self.n_params)
+        self.ledger = self.privacy.new_ledger() if self.privacy else None
         self._noise_rng = private_rng()
         self.clip = self.privacy.clip if self.privacy else 0.0  # this round's clip norm (adaptive: moves)
         self.audit = (CanaryAudit(self.privacy.audit, self.n_params, secrets.randbits(64))
@@ -278,7 +279,24 @@ class Federation:
         p = self.privacy
         if p is None or p.budget is None or self.ledger is None:
             return True
-        return self.ledger.epsilon((p.z, p.q)) <= p.budget
+        return self.ledger.epsilon(p.next_round_cost()) <= p.budget
+
+    def ring_bits(self, nodes: int) -> int:
+        """The secure-aggregation ring width for a round of ``nodes`` nodes."""
+        if self.privacy is not None and self.privacy.dist is not None:
+            return self.privacy.dist.bits
+        return self.cfg.secagg.bits or required_ring_bits(self.cfg.compression.bits, nodes)
+
+    def distributed_mean(self, total: np.ndarray, survivors: int, rnd: int) -> np.ndarray:
+        """Distributed DP: the unmasked ring sum of ``survivors`` nodes to the mean update, and one
+        ledger step with the noise those nodes added (the server now holds this sum).
+
+        As in central mode, the sum of clipped updates is divided by the number of nodes selected.
+        """
+        assert self.privacy is not None and self.privacy.dist is not None and self.ledger is not None
+        d = self.privacy.dist
+        self.ledger.step(d.mu_with(survivors), self.privacy.q)
+        return np.asarray(d.decode_sum(total[:-1]) / len(self.select(rnd)), np.float32)
 
     def aggregate_mean(self, mean: np.ndarray, ratio_sum: float) -> None:
         """Apply a weighted mean update that arrived as a sum (secure aggregation).

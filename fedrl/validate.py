@@ -76,7 +76,12 @@ def pipeline_error(cfg: Config) -> ConfigError | None:
             return ConfigError("nodes.dropout-stage", f"'{cfg.nodes.dropout_stage}' is a secure-aggregation stage, "
                                                       "but secagg.enabled = false; use train or any")
         return None
-    if c.up in _NOT_MASKABLE:
+    distributed = cfg.privacy.mode == "distributed"  # the DP coding replaces compression; privacy.plan checks it
+    if distributed and c.up not in ("none", "quantize"):
+        return ConfigError("compression.up", f"privacy.mode = distributed with compression.up = {c.up}: the DP "
+                                             "coding (scaled, rounded, noised in the secagg.bits ring) replaces the "
+                                             "compressor; use none or quantize")
+    if c.up in _NOT_MASKABLE and not distributed:
         return ConfigError("compression.up", f"secagg.enabled = true with compression.up = {c.up}: "
                                              f"{_NOT_MASKABLE[c.up]}; use compression.up = quantize")
     if cfg.strategy.name in _NEEDS_CLEAR_UPDATES:
@@ -94,6 +99,8 @@ def pipeline_error(cfg: Config) -> ConfigError | None:
     if sa.neighbors and (sa.neighbors % 2 or sa.neighbors >= n):
         return ConfigError("secagg.neighbors", f"got {sa.neighbors}; must be even and below nodes.count = {n} "
                                                "(0: every node, plain SecAgg)")
+    if distributed:
+        return None
     try:
         need = required_ring_bits(c.bits, n)
     except ValueError:
@@ -123,5 +130,9 @@ def check(run_config: Mapping[str, Any]) -> Config:
     if err is not None:
         raise err
     if cfg.privacy.mode != "off" or cfg.privacy.target_epsilon or cfg.privacy.noise_multiplier:
-        plan_for(cfg, _continuous(cfg))
+        from fedrl.federation import policy_spec, variants_of
+        from fedrl.rl.networks import ActorCritic
+
+        spec = policy_spec(cfg, variants_of(cfg)[0])
+        plan_for(cfg, spec.action_kind == "continuous", sum(p.numel() for p in ActorCritic(spec).parameters()))
     return cfg

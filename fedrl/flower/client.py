@@ -59,7 +59,7 @@ def _setup(run_config_json: str) -> Setup:
     spec = policy_spec(cfg, variants[0])
     return Setup(cfg, variants, spec, get_weights(ActorCritic(spec)),
                  stage(cfg.compression, "up"), stage(cfg.compression, "down"), dict(parse_kwargs(cfg.env.kwargs)),
-                 plan_for(cfg, spec.action_kind == "continuous"))
+                 plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in get_weights(ActorCritic(spec)))))
 
 
 def setup(context: Context) -> Setup:
@@ -99,7 +99,7 @@ def handle_train(msg: Message, context: Context) -> Message:
     if setup_sa is not None:  # secure aggregation: reply with encrypted shares; the update stays here, masked later
         codec.store_node_state(context.state, plan.node, NodeState(kept))
         content = secure_client.start(cfg, context, plan.node, plan.round, plan_cr, setup_sa, delta, res.env_steps,
-                                      metrics)
+                                      metrics, su.privacy)
         return Message(content, reply_to=msg)
     update, ef_base = None, -1
     if su.up.active:

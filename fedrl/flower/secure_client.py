@@ -14,12 +14,13 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
-from fedrl.compression.packing import pack_bits, unpack_bits
-from fedrl.compression.ring_codes import RingCoding, required_ring_bits
+from fedrl.compression.ring_codes import RingCoding, pack_ring, required_ring_bits, unpack_ring
 from fedrl.config import Config
 from fedrl.dropout import maybe_fail
 from fedrl.flower import secure_codec as sc
 from fedrl.flower.codec import REPORTED_METRICS, WireError
+from fedrl.privacy.noise import private_rng
+from fedrl.privacy.plan import PrivacyPlan
 from fedrl.secagg import ClientSession, Keys, Params, make_params
 from fedrl.secagg.crypto import KEY_BYTES, KeyPair
 from fedrl.seeding import SECAGG, derive
@@ -63,14 +64,18 @@ def handle_keys(msg: Message, context: Context, cfg: Config) -> Message:
 
 
 def start(cfg: Config, context: Context, node: int, rnd: int, plan: ConfigRecord, setup: sc.Setup,
-          delta: np.ndarray, env_steps: int, metrics: dict[str, float]) -> RecordDict:
+          delta: np.ndarray, env_steps: int, metrics: dict[str, float], privacy: PrivacyPlan | None = None,
+          ) -> RecordDict:
     """Encode the trained update, open the session and return its encrypted shares.
 
     ``plan`` carries the node's own public keys as the server routes them and its neighbours'
-    keys; a mismatch with the keys this node advertised is refused.
+    keys; a mismatch with the keys this node advertised is refused. Under distributed DP
+    (``privacy.dist``) the update, already clipped, is scaled, rounded and noised by the node
+    (``SkellamCoding``) instead of quantized, and weighs 1 like every node's.
     """
-    need = required_ring_bits(cfg.compression.bits, len(setup.nodes))
-    if setup.bits < need:
+    dist = privacy.dist if privacy is not None else None
+    need = dist.bits if dist is not None else required_ring_bits(cfg.compression.bits, len(setup.nodes))
+    if setup.bits < need or (dist is not None and setup.bits != need):
         raise WireError(f"the server asks for a {setup.bits}-bit ring; {len(setup.nodes)} nodes need {need}")
     if setup.length != delta.size + 1:
         raise WireError(f"the server expects {setup.length} ring elements, this update has {delta.size + 1}")
@@ -80,13 +85,17 @@ def start(cfg: Config, context: Context, node: int, rnd: int, plan: ConfigRecord
         raise WireError(f"node {node}: the plan routes other public keys for this node than it advertised")
     params = make_params(rnd, setup.session, setup.nodes, setup.neighbors, setup.threshold, setup.bits,
                          setup.length, setup.graph_seed)
-    x = RingCoding.for_config(cfg).encode(delta, env_steps, np.random.default_rng(derive(cfg.seed, SECAGG, rnd, node)))
+    if dist is not None:  # noise nobody else can replay (private_rng), one count for the survivors' tally
+        x = np.concatenate([dist.encode(delta, private_rng()), np.ones(1, np.uint64)])
+    else:
+        x = RingCoding.for_config(cfg).encode(delta, env_steps,
+                                              np.random.default_rng(derive(cfg.seed, SECAGG, rnd, node)))
     session = ClientSession.new(node, params, (c_sk, s_sk))
     session.advertise()  # the server already holds these keys
     maybe_fail(cfg, rnd, node, "advertise")
     maybe_fail(cfg, rnd, node, "share")
     cts = session.share(neighbours)
-    _store(context, node, params, session, x, cfg.compression.bits)
+    _store(context, node, params, session, x, dist.bits if dist is not None else cfg.compression.bits)
     clear = {k: v for k, v in metrics.items() if k in REPORTED_METRICS} if cfg.secagg.send_metrics else None
     return sc.encode_ciphertexts(node, rnd, setup.session, cts, clear)
 
@@ -97,7 +106,7 @@ def _store(context: Context, node: int, params: Params, session: ClientSession, 
     arrays.update({f"p.{k}": v for k, v in params.to_arrays().items()})
     if x is not None:
         # The state travels with every stage message: keep the codes at their bit width.
-        arrays["x"] = pack_bits(x, code_bits)
+        arrays["x"] = pack_ring(x, code_bits)
         arrays["x.n"] = np.asarray([x.size, code_bits], np.int64)
     context.state[f"{_KEY}{node}"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
@@ -117,7 +126,7 @@ def _load(context: Context, msg: Message) -> tuple[int, Params, ClientSession, n
     if "x" not in arrays:
         return node, params, session, None
     n, code_bits = (int(v) for v in arrays["x.n"])
-    return node, params, session, unpack_bits(arrays["x"], code_bits, n).astype(np.uint64)
+    return node, params, session, unpack_ring(arrays["x"], code_bits, n)
 
 
 def handle_mask(msg: Message, context: Context, cfg: Config) -> Message:

@@ -34,7 +34,7 @@ from typing import Any
 from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
-from fedrl.compression.ring_codes import RingCoding, required_ring_bits
+from fedrl.compression.ring_codes import RingCoding
 from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
@@ -88,7 +88,7 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
     ahead = ahead if ahead is not None else KeysAhead()
     nodes = fed.select(rnd)
     fed.begin_round(rnd)
-    bits = cfg.secagg.bits or required_ring_bits(cfg.compression.bits, len(nodes))
+    bits = fed.ring_bits(len(nodes))
     setup = sc.Setup(os.urandom(16), nodes, cfg.secagg.neighbors, cfg.secagg.threshold, bits, fed.n_params + 1,
                      derive(cfg.seed, SECAGG, rnd))
     params = make_params(rnd, setup.session, nodes, setup.neighbors, setup.threshold, bits, setup.length,
@@ -135,7 +135,10 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
         ahead.keys.update({n: nxt for n, (_, nxt) in replies.items() if nxt is not None and n not in bad})
         t0 = time.perf_counter()
         total = server.unmask({n: sh for n, (sh, _) in replies.items()})
-        mean, ratio_sum = RingCoding.for_config(cfg).decode_sum(total, len(survivors))
+        if fed.privacy is not None and fed.privacy.dist is not None:  # distributed DP: noised on the nodes
+            mean, ratio_sum = fed.distributed_mean(total, len(survivors), rnd), float(total[-1])
+        else:
+            mean, ratio_sum = RingCoding.for_config(cfg).decode_sum(total, len(survivors))
         clock["server-unmask"] = time.perf_counter() - t0
     except (SecAggAbort, ValueError) as err:
         log.warning("round %d: secure aggregation aborted (%s); nothing was unmasked and the model is unchanged",

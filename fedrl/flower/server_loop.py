@@ -90,7 +90,7 @@ def run(grid: Grid, cfg: Config) -> Path:
         if not fed.budget_allows_next_round():
             assert fed.privacy is not None and fed.ledger is not None
             msg = (f"privacy budget: round {rnd} would take ε from {fed.epsilon():.3f} to "
-                   f"{fed.ledger.epsilon((fed.privacy.z, fed.privacy.q)):.3f} > {fed.privacy.budget:g} "
+                   f"{fed.ledger.epsilon(fed.privacy.next_round_cost()):.3f} > {fed.privacy.budget:g} "
                    f"(δ = {fed.privacy.delta:g}); stopping after round {rnd - 1} with its model and results")
             log.warning(msg)
             print(msg, flush=True)

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 
 from fedrl.config import Config, norm_on
 from fedrl.errors import ConfigError
-from fedrl.privacy.accounting import epsilon_after, noise_for_target
+from fedrl.privacy.accounting import Ledger, epsilon_after, noise_for_target
+from fedrl.privacy.skellam import SkellamCoding, SkellamLedger, coding_for, z_for_target
+
+DISTRIBUTED_BITS = 24  # default ring width under distributed DP (secagg.bits = 0)
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,16 @@ class PrivacyPlan:
     count_std: float = 0.0  # noise std on the count of unclipped updates (adaptive clipping)
     audit: int = 0  # canaries of the one-run audit (0: no audit)
     no_noise: bool = False  # privacy.unsafe-no-noise: the audit's negative control
+    dist: SkellamCoding | None = None  # distributed mode: the ring coding every party uses
+
+    def new_ledger(self) -> Ledger | SkellamLedger:
+        """An empty ledger of the run's mechanism (Gaussian: Opacus; distributed: Skellam RDP)."""
+        return SkellamLedger(self.dist, self.delta) if self.dist is not None else Ledger(self.accountant, self.delta)
+
+    def next_round_cost(self) -> tuple[float, float]:
+        """What one more round adds to the ledger at worst: (z, q), or (Skellam mu, q) with the fewest
+        nodes' noise in the sum."""
+        return (self.dist.mu, self.q) if self.dist is not None else (self.z, self.q)
 
     @property
     def z_update(self) -> float:
@@ -39,6 +52,14 @@ class PrivacyPlan:
         return float((self.z ** -2 - (2 * self.count_std) ** -2) ** -0.5)
 
     def line(self, rounds: int) -> str:
+        if self.dist is not None:
+            d = self.dist
+            eps = d.epsilon([(d.mu, rounds)], self.delta)
+            return (f"privacy: distributed DP (each node adds Skellam noise inside the secure-aggregation ring), "
+                    f"clip-norm {self.clip:g}, scale {d.scale:.4g} in a {d.bits}-bit ring, noise multiplier "
+                    f"{d.z:.4g} with {d.share} of {d.nodes} nodes in a sum (more nodes: more noise), sensitivity "
+                    f"after rounding {d.l2:.6g}, Skellam RDP accounting: ε ≤ {eps:.3g} at δ = {self.delta:g} after "
+                    f"{rounds} rounds{'; budget ε ≤ ' + format(self.budget, 'g') if self.budget else ''}. {self.note}")
         eps = epsilon_after(self.z, self.q, rounds, self.delta, self.accountant)
         where = "the server adds noise to the sum" if self.mode == "central" else "each node noises its own update"
         clip = (f"clip-norm adaptive from {self.clip:g} (quantile {self.quantile:g}, count noise {self.count_std:.3g}, "
@@ -52,8 +73,9 @@ class PrivacyPlan:
                    else ""))
 
 
-def plan_for(cfg: Config, continuous: bool) -> PrivacyPlan | None:
-    """The run's privacy plan (None when ``privacy.mode = off``); ``continuous``: the env's actions are.
+def plan_for(cfg: Config, continuous: bool, dim: int) -> PrivacyPlan | None:
+    """The run's privacy plan (None when ``privacy.mode = off``); ``continuous``: the env's actions are;
+    ``dim``: the policy's number of parameters.
 
     Raises:
         ConfigError: naming the key, for settings that cannot give the promised guarantee.
@@ -71,9 +93,12 @@ def plan_for(cfg: Config, continuous: bool) -> PrivacyPlan | None:
     if p.noise_multiplier == 0 and p.target_epsilon == 0:
         raise ConfigError("privacy.noise-multiplier", f"privacy.mode = {p.mode} needs noise: set "
                                                   "privacy.noise-multiplier > 0 or privacy.target-epsilon > 0")
-    if cfg.secagg.enabled:
-        raise ConfigError("privacy.mode", f"privacy.mode = {p.mode} with secagg.enabled = true: noise added inside "
-                                      "the ring (distributed DP) is not built yet; turn one of them off")
+    if cfg.secagg.enabled and p.mode != "distributed":
+        raise ConfigError("privacy.mode", f"privacy.mode = {p.mode} with secagg.enabled = true: the server sees only "
+                                      "the masked sum; use privacy.mode = distributed (noise added inside the ring)")
+    if p.mode == "distributed" and not cfg.secagg.enabled:
+        raise ConfigError("privacy.mode", "privacy.mode = distributed needs secagg.enabled = true: the nodes' noise "
+                                      "shares protect only a sum the server cannot see unmasked")
     if cfg.strategy.name == "local":
         raise ConfigError("privacy.mode", "privacy.mode with strategy.name = local: there is no aggregate to protect")
     if norm_on(cfg.algo.norm_obs, continuous):
@@ -88,6 +113,8 @@ def plan_for(cfg: Config, continuous: bool) -> PrivacyPlan | None:
             "Poisson sampling the accountant assumes: no amplification by sampling is claimed (rate 1).")
     rounds = cfg.num_server_rounds
     z, budget = p.noise_multiplier, (p.target_epsilon or None)
+    if p.mode == "distributed":
+        return _distributed(cfg, dim, q, note, z, budget)
     if z == 0:
         try:
             z = noise_for_target(p.target_epsilon, p.delta, q, rounds, p.accountant)
@@ -113,6 +140,35 @@ def plan_for(cfg: Config, continuous: bool) -> PrivacyPlan | None:
     _check_audit(cfg)
     return PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note, p.adaptive_clip,
                        p.target_quantile, p.clip_lr, count_std, p.audit_canaries, p.unsafe_no_noise)
+
+
+def _distributed(cfg: Config, dim: int, q: float, note: str, z: float, budget: float | None) -> PrivacyPlan:
+    p, sa = cfg.privacy, cfg.secagg
+    for key, on in (("privacy.adaptive-clip", p.adaptive_clip), ("privacy.audit-canaries", p.audit_canaries > 0),
+                    ("privacy.unsafe-no-noise", p.unsafe_no_noise)):
+        if on:
+            raise ConfigError(key, "is not supported with privacy.mode = distributed (the server sees only the sum)")
+    bits = sa.bits or DISTRIBUTED_BITS
+    if not 16 <= bits <= 32:
+        raise ConfigError("secagg.bits", f"privacy.mode = distributed needs a ring of 16 to 32 bits (got {bits}; "
+                                         f"0: {DISTRIBUTED_BITS}): the noise and the scaled updates must fit")
+    n = min(cfg.nodes.count, max(cfg.min_train_nodes, math.ceil(cfg.fraction_train * cfg.nodes.count)))
+    holders = sa.neighbors + 1 if sa.neighbors else n
+    share = max(1, math.ceil(sa.threshold * holders - 1e-9))  # the fewest nodes a sum can be unmasked from
+    rounds = cfg.num_server_rounds
+    try:
+        if z == 0:
+            z = z_for_target(p.target_epsilon, p.delta, rounds, bits, p.clip_norm, dim, n, share)
+        coding = coding_for(bits, p.clip_norm, dim, n, share, z)
+    except ValueError as err:
+        key = "privacy.target-epsilon" if p.noise_multiplier == 0 else "secagg.bits"
+        raise ConfigError(key, f"distributed DP: {err}") from err
+    if budget is not None and coding.epsilon([(coding.mu, 1)], p.delta) > budget:
+        raise ConfigError("privacy.target-epsilon", f"one round with noise multiplier {z:g} already costs more than "
+                                                    f"ε = {budget:g}; raise privacy.noise-multiplier or the target")
+    note += (f" Each node adds 1/{share} of the noise, so any sum the secure aggregation can unmask ({share} or more "
+             "nodes) has at least the accounted noise.")
+    return PrivacyPlan(p.mode, p.clip_norm, coding.z, q, p.delta, "skellam", budget, note, dist=coding)
 
 
 def _check_audit(cfg: Config) -> None:

@@ -96,6 +96,10 @@ def test_downlink_delta_plan_round_trips_and_is_applied_by_the_node() -> None:
     ({"secagg.enabled": True, "compression.up": "quantize", "env.id": "Pendulum-v1", "env.vary": "m=1.0"},
      "algo.norm-obs", "in the clear"),
     ({"nodes.dropout-stage": "share"}, "nodes.dropout-stage", "secagg.enabled = false"),
+    ({"secagg.enabled": True, "compression.up": "topk", "privacy.mode": "distributed",
+      "privacy.noise-multiplier": 1.0}, "compression.up", "replaces the compressor"),
+    ({"secagg.enabled": True, "compression.up": "quantize", "privacy.mode": "central",
+      "privacy.noise-multiplier": 1.0}, "privacy.mode", "use privacy.mode = distributed"),
 ])
 def test_impossible_combinations_fail_before_round_one(over: dict, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -106,6 +110,10 @@ def test_impossible_combinations_fail_before_round_one(over: dict, key: str, wor
 def test_a_possible_secure_combination_passes() -> None:
     cfg = check({**SMALL, "secagg.enabled": True, "compression.up": "quantize", "secagg.bits": 10})
     assert cfg.secagg.bits == 10
+    # distributed DP codes the update itself, so float weights (none) are fine and compression.bits is not used
+    cfg = check({**SMALL, "secagg.enabled": True, "compression.up": "none", "privacy.mode": "distributed",
+                 "privacy.noise-multiplier": 1.0})
+    assert cfg.privacy.mode == "distributed"
 
 
 def test_observation_moments_travel_in_the_config_record_and_are_checked() -> None:

@@ -108,3 +108,27 @@ def test_adaptive_update_noise_agrees_with_flowers_helper(z: float, count_noise:
     assert fed.privacy is not None
     assert (fed.privacy.count_std, fed.privacy.z_update) == pytest.approx(
         compute_adaptive_noise_params(z, 3, count_noise))
+
+
+def test_distributed_dp_mean_from_a_ring_sum_is_noised_once_per_node_and_accounted() -> None:
+    from fedrl.checkpoint import Checkpoint
+    from fedrl.privacy.skellam import skellam_epsilon
+
+    over = {**SMALL, "nodes.count": 6, "secagg.enabled": True, "compression.up": "quantize",
+            "privacy.mode": "distributed", "privacy.noise-multiplier": 2.0, "privacy.clip-norm": 0.5}
+    fed = Federation(from_run_config(over))
+    d = fed.privacy.dist  # type: ignore[union-attr]
+    assert d is not None and fed.ring_bits(6) == 24 and (d.nodes, d.share) == (6, 4)
+    rng = np.random.default_rng(0)
+    updates = [u * 0.5 / np.linalg.norm(u) for u in rng.normal(0, 1, (5, fed.n_params))]  # 5 of 6 survive
+    ring = sum(np.concatenate([d.encode(u, rng), [1]]).astype(np.uint64) for u in updates)
+    ring &= np.uint64((1 << 24) - 1)
+    mean = fed.distributed_mean(ring, 5, 1)
+    noise = mean * 6 - np.sum(updates, axis=0)  # divided by the 6 selected
+    assert noise.std() == pytest.approx(2.0 * d.l2 / d.scale * math.sqrt(5 / 4), rel=0.05)
+    assert fed.ledger is not None and fed.ledger.history == [(d.mu_with(5), 1.0, 1)]
+    assert fed.epsilon() == skellam_epsilon([(d.mu * 5 / 4, 1)], d.l1, d.l2, 1e-5)
+    ck = fed.to_checkpoint(0.0)
+    again = Federation(from_run_config(over))
+    again.load_checkpoint(Checkpoint(ck.meta, ck.arrays))
+    assert again.epsilon() == fed.epsilon()

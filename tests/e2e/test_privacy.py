@@ -117,3 +117,20 @@ def test_the_audit_flags_a_run_without_noise_and_passes_a_noised_one(flower: Loc
     assert audits["broken"]["epsilon_lower"] > 2 * audits["broken"]["epsilon_claimed"]
     assert not audits["noised"]["flagged"] and audits["noised"]["epsilon_lower"] < 1.0, audits
     assert audits["noised"]["epsilon_claimed"] <= 1.0
+
+
+def test_secure_aggregation_with_distributed_dp_runs_and_accounts_every_round(flower: LocalFlower,
+                                                                              tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    res = flower.run(REPO, f"{SMALL} num-server-rounds=4 secagg.enabled=true compression.up='quantize' "
+                           "privacy.mode='distributed' privacy.target-epsilon=8.0 privacy.clip-norm=0.05 "
+                           f"nodes.dropout-prob=0.15 nodes.dropout-stage='mask' output-dir='{out}' run-name='d'")
+    assert (out / "d" / "summary.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
+    assert "privacy: distributed DP" in res.stdout and "3 of 4 nodes in a sum" in res.stdout
+    rows = _rows(out / "d")
+    assert len(rows) == 4 and all(r["secagg_bits"] == 24 and r["delta"] == 1e-5 for r in rows)
+    eps = [r["epsilon"] for r in rows]
+    assert eps == sorted(eps) and 0 < eps[0] and eps[-1] <= 8.0, eps
+    unmasked = [r for r in rows if not r["secagg_aborted"]]
+    assert unmasked and all(len(r["nodes_trained"]) >= 3 for r in unmasked)
+    assert all("train_returns" not in r or all(v is None for v in r["train_returns"].values()) for r in rows)

@@ -119,7 +119,7 @@ CARTPOLE = {"env.id": "CartPole-v1", "env.vary": "length=linspace(0.4, 1.2)"}
 
 
 def _plan(**over: object):  # type: ignore[no-untyped-def]
-    return plan_for(from_run_config({**CARTPOLE, **over}), continuous=False)
+    return plan_for(from_run_config({**CARTPOLE, **over}), continuous=False, dim=9155)
 
 
 def test_plan_resolves_the_noise_and_states_the_sampling_assumption() -> None:
@@ -132,6 +132,21 @@ def test_plan_resolves_the_noise_and_states_the_sampling_assumption() -> None:
     assert p is not None and p.z == 1.5 and p.budget is None and "no amplification" in p.note
 
 
+DIST = {"privacy.mode": "distributed", "privacy.noise-multiplier": 1.0, "secagg.enabled": True,
+        "compression.up": "quantize"}
+
+
+def test_distributed_plan_splits_the_noise_over_the_fewest_nodes_a_sum_can_have() -> None:
+    plan = _plan(**DIST)  # 8 nodes, all selected, plain SecAgg with threshold 0.6: a sum has 5 to 8 nodes
+    assert plan is not None and plan.dist is not None
+    d = plan.dist
+    assert (d.bits, d.nodes, d.share, d.dim) == (24, 8, 5, 9155) and plan.z == pytest.approx(1.0, rel=1e-9)
+    assert plan.next_round_cost() == (d.mu, 1.0)
+    assert d.mu_with(8) == pytest.approx(d.mu * 8 / 5)
+    assert "distributed DP" in plan.line(30) and "5 of 8 nodes" in plan.line(30)
+    assert _plan(**DIST, **{"secagg.neighbors": 4}).dist.share == 3  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(("over", "key", "words"), [
     ({"privacy.mode": "central"}, "privacy.noise-multiplier", "needs noise"),
     ({"privacy.target-epsilon": 3.0}, "privacy.target-epsilon", "privacy.mode = off"),
@@ -142,6 +157,13 @@ def test_plan_resolves_the_noise_and_states_the_sampling_assumption() -> None:
       "compression.up": "quantize"}, "privacy.mode", "secagg.enabled"),
     ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "strategy.name": "local"}, "privacy.mode", "local"),
     ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "algo.norm-obs": "on"}, "algo.norm-obs", "without noise"),
+    ({"privacy.mode": "distributed", "privacy.noise-multiplier": 1.0}, "privacy.mode", "needs secagg.enabled"),
+    ({**DIST, "secagg.bits": 12}, "secagg.bits", "16 to 32 bits"),
+    ({**DIST, "secagg.bits": 16, "privacy.noise-multiplier": 3000.0}, "secagg.bits", "cannot hold"),
+    ({**DIST, "privacy.noise-multiplier": 0.0, "privacy.target-epsilon": 1e-4}, "privacy.target-epsilon",
+     "cannot be met"),
+    ({**DIST, "privacy.adaptive-clip": True}, "privacy.adaptive-clip", "distributed"),
+    ({**DIST, "privacy.audit-canaries": 100}, "privacy.audit-canaries", "distributed"),
 ])
 def test_impossible_privacy_settings_fail_before_round_one(over: dict, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:
