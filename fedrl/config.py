@@ -206,6 +206,14 @@ class PrivacyConfig:
     count_noise: float = opt("privacy.count-noise", 0.0,
                              "adaptive clip: std of the noise on the count of unclipped updates (0: nodes per "
                              "round / 20, as the paper suggests)", _non_negative)
+    dpsgd: bool = opt("privacy.dpsgd", False,
+                      "sample-level DP in local training: DP-SGD (Opacus) on every PPO minibatch; the privacy unit is "
+                      "one rollout segment (algo.num-steps transitions of one env copy)")
+    dpsgd_noise_multiplier: float = opt("privacy.dpsgd-noise-multiplier", 1.0,
+                                        "DP-SGD: noise std / dpsgd-clip-norm on each minibatch's gradient sum",
+                                        _positive)
+    dpsgd_clip_norm: float = opt("privacy.dpsgd-clip-norm", 1.0, "DP-SGD: L2 bound on each segment's gradient",
+                                 _positive)
     audit_canaries: int = opt("privacy.audit-canaries", 0,
                               "one-run audit (Steinke et al. 2023), central mode: plant this many canary updates, "
                               "each included with probability 1/2, and report an empirical ε lower bound (0: off)",

@@ -36,7 +36,7 @@ from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
 from fedrl.errors import ConfigError
 from fedrl.privacy import clip_l2, gaussian, private_rng
 from fedrl.privacy.audit import AuditResult, CanaryAudit
-from fedrl.privacy.plan import plan_for
+from fedrl.privacy.plan import plan_for, sample_plan
 from fedrl.rl.evaluate import evaluate
 from fedrl.rl.networks import ActorCritic, PolicySpec, check_weights, get_weights, spec_for, weight_names
 from fedrl.rl.normalize import Moments
@@ -132,6 +132,7 @@ class Federation:
         self.ef21 = ServerEF21(self.up, self.n_params) if self.up.ef21 else None
         self.privacy = plan_for(cfg, self.spec.action_kind == "continuous", self.n_params)
         self.ledger = self.privacy.new_ledger() if self.privacy else None
+        self.sample_dp = sample_plan(cfg, ActorCritic(self.spec))  # checked here too: before round 1
         self._noise_rng = private_rng()
         self.clip = self.privacy.clip if self.privacy else 0.0  # this round's clip norm (adaptive: moves)
         self.audit = (CanaryAudit(self.privacy.audit, self.n_params, secrets.randbits(64))

@@ -111,6 +111,9 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         "delta": fed.privacy.delta if fed.privacy is not None else None,
         "noise_multiplier": fed.privacy.z if fed.privacy is not None else None,
     }
+    dp_eps = [r["dpsgd_epsilon"] for r in folder.read_metrics() if r.get("dpsgd_epsilon") is not None]
+    if dp_eps:
+        summary["dpsgd_epsilon"] = max(dp_eps)  # sample-level ε of the node that spent the most
     audit = fed.audit_result()
     if audit is not None:
         summary["audit"] = audit.to_dict()

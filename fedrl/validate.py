@@ -17,7 +17,7 @@ from fedrl.envs.families import check_env_id, check_params, check_values
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
 from fedrl.errors import ConfigError
-from fedrl.privacy.plan import plan_for
+from fedrl.privacy.plan import plan_for, sample_plan
 
 
 def validate(cfg: Config) -> None:
@@ -129,10 +129,12 @@ def check(run_config: Mapping[str, Any]) -> Config:
     err = pipeline_error(cfg)
     if err is not None:
         raise err
-    if cfg.privacy.mode != "off" or cfg.privacy.target_epsilon or cfg.privacy.noise_multiplier:
+    p = cfg.privacy
+    if p.mode != "off" or p.target_epsilon or p.noise_multiplier or p.audit_canaries or p.unsafe_no_noise or p.dpsgd:
         from fedrl.federation import policy_spec, variants_of
         from fedrl.rl.networks import ActorCritic
 
-        spec = policy_spec(cfg, variants_of(cfg)[0])
-        plan_for(cfg, spec.action_kind == "continuous", sum(p.numel() for p in ActorCritic(spec).parameters()))
+        model = ActorCritic(policy_spec(cfg, variants_of(cfg)[0]))
+        plan_for(cfg, model.spec.action_kind == "continuous", sum(t.numel() for t in model.parameters()))
+        sample_plan(cfg, model)
     return cfg

@@ -11,6 +11,7 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -35,9 +36,12 @@ from fedrl.envs.spec import parse_kwargs
 from fedrl.federation import Reply, policy_spec, uplink_scale, variants_of
 from fedrl.flower import codec, secure_client, secure_codec
 from fedrl.privacy.node import PRIVATE_METRICS, privatize
-from fedrl.privacy.plan import PrivacyPlan, plan_for
+from fedrl.privacy.plan import PrivacyPlan, plan_for, sample_plan
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights
 from fedrl.rl.train import NodeState, train_locally
+
+if TYPE_CHECKING:
+    from fedrl.privacy.dpsgd import SampleDP
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class Setup:
     down: Stage
     env_kwargs: dict[str, object]
     privacy: PrivacyPlan | None
+    sample_dp: SampleDP | None  # DP-SGD in local training
 
 
 @functools.lru_cache(maxsize=4)
@@ -57,9 +62,11 @@ def _setup(run_config_json: str) -> Setup:
     cfg = from_run_config(json.loads(run_config_json))
     variants = variants_of(cfg)
     spec = policy_spec(cfg, variants[0])
-    return Setup(cfg, variants, spec, get_weights(ActorCritic(spec)),
+    template = get_weights(ActorCritic(spec))
+    return Setup(cfg, variants, spec, template,
                  stage(cfg.compression, "up"), stage(cfg.compression, "down"), dict(parse_kwargs(cfg.env.kwargs)),
-                 plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in get_weights(ActorCritic(spec)))))
+                 plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in template)),
+                 sample_plan(cfg, ActorCritic(spec)))
 
 
 def setup(context: Context) -> Setup:
@@ -84,12 +91,14 @@ def handle_train(msg: Message, context: Context) -> Message:
         weights = training_start(weights, state.arrays.get(RESIDUAL_KEY), uplink_scale(cfg, su.up, plan.round))
     envs = make_vector_env(cfg.env.id, [su.variants[plan.node]] * cfg.algo.num_envs, dict(su.env_kwargs))
     try:
-        res = train_locally(su.spec, weights, envs, cfg.algo, plan, state)
+        res = train_locally(su.spec, weights, envs, cfg.algo, plan, state, su.sample_dp)
     finally:
         envs.close()
     kept.update(res.state.arrays)
     delta = flatten(res.weights) - flatten(weights)
     trained, metrics = res.weights, res.metrics
+    if su.sample_dp is not None:
+        metrics = {k: v for k, v in metrics.items() if k not in PRIVATE_METRICS}
     if su.privacy is not None:  # clip (and, in local mode, noise) before anything leaves the node
         delta, below = privatize(delta, su.privacy, plan.clip_norm)
         trained = unflatten(flatten(weights) + delta, weights)

@@ -31,7 +31,9 @@ _STATE_PREFIX = "fedrl.node"
 
 
 # Per-node training metrics the server records (metrics.jsonl); the rest stay on the node.
-REPORTED_METRICS = ("train_return", "train_seconds", "clip_below")  # clip_below: DP adaptive clipping's bit
+# clip_below: DP adaptive clipping's bit; dpsgd_epsilon: the node's sample-level ε (a function of its step count)
+REPORTED_METRICS = ("train_return", "train_seconds", "clip_below", "dpsgd_epsilon")
+PUBLIC_METRICS = ("dpsgd_epsilon",)  # sent even under secure aggregation: they say nothing about the data
 
 
 class WireError(ValueError):

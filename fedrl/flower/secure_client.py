@@ -18,7 +18,7 @@ from fedrl.compression.ring_codes import RingCoding, pack_ring, required_ring_bi
 from fedrl.config import Config
 from fedrl.dropout import maybe_fail
 from fedrl.flower import secure_codec as sc
-from fedrl.flower.codec import REPORTED_METRICS, WireError
+from fedrl.flower.codec import PUBLIC_METRICS, REPORTED_METRICS, WireError
 from fedrl.privacy.noise import private_rng
 from fedrl.privacy.plan import PrivacyPlan
 from fedrl.secagg import ClientSession, Keys, Params, make_params
@@ -96,7 +96,8 @@ def start(cfg: Config, context: Context, node: int, rnd: int, plan: ConfigRecord
     maybe_fail(cfg, rnd, node, "share")
     cts = session.share(neighbours)
     _store(context, node, params, session, x, dist.bits if dist is not None else cfg.compression.bits)
-    clear = {k: v for k, v in metrics.items() if k in REPORTED_METRICS} if cfg.secagg.send_metrics else None
+    clear = {k: v for k, v in metrics.items()
+             if k in (REPORTED_METRICS if cfg.secagg.send_metrics else PUBLIC_METRICS)} or None
     return sc.encode_ciphertexts(node, rnd, setup.session, cts, clear)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -23,6 +24,9 @@ from fedrl.rl.normalize import Moments
 from fedrl.rl.ppo import PPOHyper, Proximal, ppo_update
 from fedrl.rl.rollout import Cursor, Normalizers, collect
 from fedrl.seeding import ENV_RESET, TRAIN, derive, torch_generator
+
+if TYPE_CHECKING:
+    from fedrl.privacy.dpsgd import SampleDP
 
 
 @dataclass(frozen=True)
@@ -121,8 +125,13 @@ def train_locally(
     algo: AlgoConfig,
     plan: LocalPlan,
     state: NodeState,
+    dp: SampleDP | None = None,
 ) -> LocalResult:
-    """Run ``algo.iterations_per_round`` PPO iterations from ``weights`` (see module doc)."""
+    """Run ``algo.iterations_per_round`` PPO iterations from ``weights`` (see module doc).
+
+    With ``dp`` every PPO update is DP-SGD over rollout segments (``fedrl.privacy.dpsgd``); the
+    node's accountant continues from ``state`` and ``metrics["dpsgd_epsilon"]`` is its ε so far.
+    """
     t0 = time.perf_counter()
     model = ActorCritic(spec)
     set_weights(model, weights)
@@ -143,6 +152,11 @@ def train_locally(
         obs_local=Moments.empty(spec.obs_dim) if obs_on else None,
     )
     cursor = _start(envs, plan, state)
+    accountant = None
+    if dp is not None:
+        from fedrl.privacy.dpsgd import dp_ppo_update, load_accountant
+
+        accountant = load_accountant(state.arrays)  # the node's whole history: never a fresh one per round
     iters = algo.iterations_per_round
     returns: list[float] = []
     lengths: list[int] = []
@@ -155,9 +169,18 @@ def train_locally(
         cursor, norms = res.cursor, res.normalizers
         returns += res.episode_returns
         lengths += res.episode_lengths
-        stats = ppo_update(model, optimizer, res.rollout, hp, gen, prox)
+        if accountant is not None and dp is not None:
+            stats = dp_ppo_update(model, optimizer, res.rollout, hp, dp, accountant)
+        else:
+            stats = ppo_update(model, optimizer, res.rollout, hp, gen, prox)
 
     arrays = _adam_to_arrays(optimizer)
+    dp_metrics: dict[str, float] = {}
+    if accountant is not None and dp is not None:
+        from fedrl.privacy.dpsgd import save_accountant
+
+        arrays.update(save_accountant(accountant))
+        dp_metrics["dpsgd_epsilon"] = float(accountant.get_epsilon(delta=dp.delta))
     if norms.ret is not None:
         arrays["ret.moments"] = norms.ret.to_array()
     snap = snapshot(envs)
@@ -173,5 +196,6 @@ def train_locally(
         "train_seconds": time.perf_counter() - t0,
         "lr": float(optimizer.param_groups[0]["lr"]),
         **stats,
+        **dp_metrics,
     }
     return LocalResult(get_weights(model), steps, norms.obs_local, NodeState(arrays), metrics)

@@ -134,3 +134,21 @@ def test_secure_aggregation_with_distributed_dp_runs_and_accounts_every_round(fl
     unmasked = [r for r in rows if not r["secagg_aborted"]]
     assert unmasked and all(len(r["nodes_trained"]) >= 3 for r in unmasked)
     assert all("train_returns" not in r or all(v is None for v in r["train_returns"].values()) for r in rows)
+
+
+def test_dpsgd_in_local_training_reports_the_nodes_sample_level_epsilon(flower: LocalFlower, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    res = flower.run(REPO, f"{SMALL} num-server-rounds=2 algo.hidden='16' privacy.dpsgd=true "
+                           f"privacy.dpsgd-noise-multiplier=1.1 output-dir='{out}' run-name='s'")
+    assert (out / "s" / "summary.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
+    rows = _rows(out / "s")
+    steps = 2 * 4 * 4  # iterations per round (512 / (8 x 32)) x epochs x minibatches
+    from opacus.accountants import RDPAccountant
+
+    for r in rows:  # every node took the same number of steps: their ε are equal
+        acc = RDPAccountant()
+        acc.history = [(1.1, 0.25, r["round"] * steps)]
+        assert r["dpsgd_epsilon"] == pytest.approx(acc.get_epsilon(delta=1e-5), rel=1e-9)
+        assert all(v is None for v in r["train_returns"].values())  # data-dependent: not sent
+    summary = json.loads((out / "s" / "summary.json").read_text())
+    assert summary["dpsgd_epsilon"] == rows[-1]["dpsgd_epsilon"] and summary["epsilon"] is None

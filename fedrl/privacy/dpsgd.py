@@ -1,0 +1,149 @@
+"""Sample-level DP in local training: DP-SGD (Abadi et al., CCS 2016) on PPO's minibatches, via Opacus.
+
+**Privacy unit: one rollout segment**, the ``algo.num-steps`` consecutive transitions one env
+copy contributes to one PPO iteration. Per-transition DP would be wrong here: GAE makes a
+transition's advantage depend on the rewards after it in the segment, so one changed transition
+moves many examples' gradients. A segment's examples depend only on that segment (GAE stops at
+its end and bootstraps from the current value function, which is not data), so the segment is
+the example Opacus clips:
+
+- a minibatch is a Poisson sample of segments (each with probability ``q = 1 /
+  algo.num-minibatches``), fed as ``[segments, num_steps, ...]``: Opacus' per-sample gradients
+  of ``Linear`` layers sum over the extra dimension, so each sample's gradient is its segment's;
+- advantages are normalized within each segment (``algo.norm-adv``), never across the batch;
+- each segment's gradient is clipped to ``privacy.dpsgd-clip-norm`` and Gaussian noise of std
+  ``dpsgd-noise-multiplier x clip`` is added to the sum (Opacus' ``DPOptimizer``), every step,
+  including steps whose sample came out empty;
+- every step is one step of Opacus' RDP accountant with (z, q). The node composes *all* its
+  steps across rounds (its accountant's history lives in ``context.state``, never a fresh one per
+  round): valid for a segment used in any number of iterations, conservative for fresh data.
+
+Settings that would feed raw data into training outside the clipped gradients are refused:
+observation and reward normalization (their running statistics), the KL early stop (a
+data-dependent number of steps). PPO's global gradient-norm clip is replaced by the per-segment
+clip. Noise and sampling come from generators seeded by the operating system.
+"""
+
+from __future__ import annotations
+
+import secrets
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from opacus import GradSampleModule
+from opacus.accountants import RDPAccountant
+from opacus.optimizers import DPOptimizer
+from opacus.validators import ModuleValidator
+
+from fedrl.rl.advantages import gae
+from fedrl.rl.losses import ppo_loss
+from fedrl.rl.networks import ActorCritic
+from fedrl.rl.ppo import PPOHyper
+from fedrl.rl.rollout import Rollout
+
+HISTORY_KEY = "dpsgd.history"
+
+
+@dataclass(frozen=True)
+class SampleDP:
+    noise_multiplier: float
+    clip: float
+    delta: float
+
+
+def module_errors(model: ActorCritic) -> list[str]:
+    """Why Opacus cannot give per-segment gradients of every parameter of ``model`` (empty if it can).
+
+    Opacus' validator first; then one probe step on a dummy batch of two segments, because a
+    parameter outside a layer Opacus knows (the state-independent log-std of a Gaussian policy)
+    passes the validator but gets no per-sample gradient.
+    """
+    errors = [str(e) for e in ModuleValidator.validate(model, strict=False)]
+    if errors:
+        return errors
+    spec = model.spec
+    obs = torch.zeros((2, 3, spec.obs_dim))
+    actions = torch.zeros((2, 3) if spec.action_kind == "discrete" else (2, 3, spec.action_dim))
+    gsm = GradSampleModule(model, loss_reduction="mean")
+    try:
+        logp, ent = model.log_prob_entropy(obs, actions)
+        with warnings.catch_warnings():  # "full backward hook ... no inputs require gradients": fine for a probe
+            warnings.simplefilter("ignore", UserWarning)
+            (logp.mean() + ent.mean() + model.value(obs).mean()).backward()
+        names = dict(model.named_parameters())
+        missing = [n for n, p in names.items() if getattr(p, "grad_sample", None) is None]
+    except Exception as err:  # Opacus raises many kinds; any of them means "cannot"
+        missing = [f"{type(err).__name__}: {err}"]
+    finally:
+        gsm._close()
+        for p in model.parameters():
+            p.grad = None
+            if hasattr(p, "grad_sample"):
+                p.grad_sample = None
+    if not missing:
+        return []
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    return [f"no per-sample gradient for {', '.join(missing[:3])}{more}"]
+
+
+def load_accountant(arrays: dict[str, np.ndarray]) -> RDPAccountant:
+    acc = RDPAccountant()
+    rows = arrays.get(HISTORY_KEY)
+    if rows is not None:
+        acc.history = [(float(z), float(q), int(n)) for z, q, n in np.asarray(rows, np.float64).reshape(-1, 3)]
+    return acc
+
+
+def save_accountant(acc: RDPAccountant) -> dict[str, np.ndarray]:
+    return {HISTORY_KEY: np.asarray([[z, q, n] for z, q, n in acc.history], np.float64).reshape(-1, 3)}
+
+
+def _segment_major(x: torch.Tensor) -> torch.Tensor:
+    """``[T, E, ...]`` -> ``[E, T, ...]``: one row per segment (the privacy unit)."""
+    return x.transpose(0, 1).contiguous()
+
+
+def dp_ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, ro: Rollout, hp: PPOHyper, dp: SampleDP,
+                  accountant: RDPAccountant) -> dict[str, float]:
+    """PPO's epochs of minibatch steps on rollout ``ro`` as DP-SGD over segments; mutates ``model``,
+    ``optimizer`` (its moments) and ``accountant``; returns stats of the last step."""
+    adv, returns = gae(ro.rewards, ro.values, ro.next_values, ro.terminated, ro.done, hp.gamma, hp.gae_lambda)
+    if hp.norm_adv:  # within each segment (dim 0 is time): examples stay independent
+        adv = (adv - adv.mean(dim=0, keepdim=True)) / (adv.std(dim=0, unbiased=False, keepdim=True) + 1e-8)
+    obs, actions = _segment_major(ro.obs), _segment_major(ro.actions)
+    old_logp, old_v = _segment_major(ro.logprobs), _segment_major(ro.values)
+    adv, returns = _segment_major(adv), _segment_major(returns)
+    n_seg = obs.shape[0]
+    q = 1.0 / hp.num_minibatches
+    gsm = GradSampleModule(model, loss_reduction="mean")
+    noise_gen = torch.Generator().manual_seed(secrets.randbits(63))
+    sample_gen = torch.Generator().manual_seed(secrets.randbits(63))
+    dpo = DPOptimizer(optimizer, noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.clip,
+                      expected_batch_size=max(1, round(n_seg * q)), loss_reduction="mean", generator=noise_gen)
+    stats: dict[str, float] = {}
+    try:
+        for _ in range(hp.update_epochs * hp.num_minibatches):
+            idx = torch.nonzero(torch.rand(n_seg, generator=sample_gen) < q).flatten()
+            dpo.zero_grad(set_to_none=True)
+            if idx.numel() == 0:  # an empty Poisson sample is still a step: noise only
+                for p in model.parameters():
+                    p.grad_sample = torch.zeros((0, *p.shape))
+            else:
+                mb = obs[idx]  # [B, T, obs]
+                new_logp, entropy = model.log_prob_entropy(mb, actions[idx])
+                new_v = model.value(mb)
+                parts = ppo_loss(new_logp, old_logp[idx], entropy, new_v, old_v[idx], adv[idx], returns[idx],
+                                 clip_coef=hp.clip_coef, clip_vloss=hp.clip_vloss, ent_coef=hp.ent_coef,
+                                 vf_coef=hp.vf_coef)
+                with warnings.catch_warnings():  # the first layer's input needs no gradient: expected here
+                    warnings.simplefilter("ignore", UserWarning)
+                    parts.total.backward()
+                stats = {"policy_loss": float(parts.policy.detach()), "value_loss": float(parts.value.detach()),
+                         "approx_kl": float(parts.approx_kl)}
+            dpo.step()
+            accountant.step(noise_multiplier=dp.noise_multiplier, sample_rate=q)
+    finally:
+        gsm._close()  # remove Opacus' hooks: the model is plain again
+    return stats
