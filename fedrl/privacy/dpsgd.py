@@ -74,7 +74,7 @@ def module_errors(model: ActorCritic) -> list[str]:
             (logp.mean() + ent.mean() + model.value(obs).mean()).backward()
         names = dict(model.named_parameters())
         missing = [n for n, p in names.items() if getattr(p, "grad_sample", None) is None]
-    except Exception as err:  # Opacus raises many kinds; any of them means "cannot"
+    except (RuntimeError, ValueError, NotImplementedError, TypeError) as err:  # what Opacus raises: "cannot"
         missing = [f"{type(err).__name__}: {err}"]
     finally:
         gsm._close()
