@@ -129,7 +129,7 @@ def dp_ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, ro: Roll
             dpo.zero_grad(set_to_none=True)
             if idx.numel() == 0:  # an empty Poisson sample is still a step: noise only
                 for p in model.parameters():
-                    p.grad_sample = torch.zeros((0, *p.shape))
+                    p.grad_sample = torch.zeros((0, *p.shape))  # type: ignore[attr-defined]
             else:
                 mb = obs[idx]  # [B, T, obs]
                 new_logp, entropy = model.log_prob_entropy(mb, actions[idx])
