@@ -41,24 +41,38 @@ def noise_for_target(target_epsilon: float, delta: float, q: float, steps: int, 
                                       steps=steps, accountant=kind, epsilon_tolerance=0.01))
 
 
-class Ledger:
-    """The composition of every released round so far."""
+class History:
+    """Released rounds as ``(noise, q, steps)`` runs, as Opacus keeps them; plain numbers, so a
+    checkpoint can hold them. Subclasses say what ``noise`` is and turn the history into ε."""
 
-    def __init__(self, kind: str, delta: float) -> None:
-        _make(kind)
-        self.kind = kind
+    def __init__(self, delta: float) -> None:
         self.delta = delta
-        self.history: list[tuple[float, float, int]] = []  # (z, q, steps), as Opacus keeps it
+        self.history: list[tuple[float, float, int]] = []
 
-    def step(self, z: float, q: float) -> None:
-        if self.history and self.history[-1][:2] == (z, q):
-            self.history[-1] = (z, q, self.history[-1][2] + 1)
+    def step(self, noise: float, q: float = 1.0) -> None:
+        if self.history and self.history[-1][:2] == (noise, q):
+            self.history[-1] = (noise, q, self.history[-1][2] + 1)
         else:
-            self.history.append((float(z), float(q), 1))
+            self.history.append((float(noise), float(q), 1))
 
     @property
     def steps(self) -> int:
         return sum(n for _, _, n in self.history)
+
+    def to_list(self) -> list[list[float]]:
+        return [[z, q, float(n)] for z, q, n in self.history]
+
+    def load_list(self, rows: list[list[float]]) -> None:
+        self.history = [(float(z), float(q), int(n)) for z, q, n in rows]
+
+
+class Ledger(History):
+    """The composition of every released round so far (Gaussian mechanism: ``noise`` is z)."""
+
+    def __init__(self, kind: str, delta: float) -> None:
+        _make(kind)
+        super().__init__(delta)
+        self.kind = kind
 
     def epsilon(self, extra: tuple[float, float] | None = None) -> float:
         """ε at ``delta`` so far, or if one more round ``extra = (z, q)`` were released."""
@@ -72,9 +86,3 @@ class Ledger:
         acc = _make(self.kind)
         acc.history = hist
         return float(acc.get_epsilon(delta=self.delta))
-
-    def to_list(self) -> list[list[float]]:
-        return [[z, q, float(n)] for z, q, n in self.history]
-
-    def load_list(self, rows: list[list[float]]) -> None:
-        self.history = [(float(z), float(q), int(n)) for z, q, n in rows]

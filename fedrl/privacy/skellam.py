@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 from opacus.accountants.analysis.rdp import get_privacy_spent
 
+from fedrl.privacy.accounting import History
+
 ORDERS = tuple(range(2, 257))  # integer Rényi orders: the Skellam bound is for integer a > 1
 BETA = math.exp(-0.5)  # conditional rounding: chance that one rounding draw exceeds the bound
 TAIL_SIGMAS = 12.0  # headroom for the noise in the ring, in standard deviations
@@ -182,34 +184,16 @@ def z_for_target(target: float, delta: float, rounds: int, bits: int, clip: floa
     return hi
 
 
-class SkellamLedger:
-    """The composition of released sums under distributed DP: ``[(mu, 1.0, rounds), ...]``, the
-    same plain-number history as :class:`fedrl.privacy.accounting.Ledger` (saved in checkpoints)."""
+class SkellamLedger(History):
+    """The composition of released sums under distributed DP: ``noise`` is the sum's Skellam mu."""
 
     kind = "skellam"
 
     def __init__(self, coding: SkellamCoding, delta: float) -> None:
+        super().__init__(delta)
         self.coding = coding
-        self.delta = delta
-        self.history: list[tuple[float, float, int]] = []
-
-    def step(self, mu: float, q: float = 1.0) -> None:
-        if self.history and self.history[-1][:2] == (mu, q):
-            self.history[-1] = (mu, q, self.history[-1][2] + 1)
-        else:
-            self.history.append((float(mu), float(q), 1))
-
-    @property
-    def steps(self) -> int:
-        return sum(n for _, _, n in self.history)
 
     def epsilon(self, extra: tuple[float, float] | None = None) -> float:
         """ε so far, or if one more sum with noise parameter ``extra[0]`` were released."""
         mus = [(mu, n) for mu, _, n in self.history] + ([(float(extra[0]), 1)] if extra is not None else [])
         return self.coding.epsilon(mus, self.delta)
-
-    def to_list(self) -> list[list[float]]:
-        return [[mu, q, float(n)] for mu, q, n in self.history]
-
-    def load_list(self, rows: list[list[float]]) -> None:
-        self.history = [(float(mu), float(q), int(n)) for mu, q, n in rows]
