@@ -112,10 +112,35 @@ class AlgoConfig:
 
 @dataclass(frozen=True)
 class StrategyConfig:
-    name: Literal["fedavg", "fedprox", "local"] = opt(
-        "strategy.name", "fedavg", "fedavg, fedprox (client proximal term) or local (no aggregation)")
-    server_lr: float = opt("strategy.server-lr", 2.0, "server step on the weighted mean delta (1: plain FedAvg)", _positive)
+    name: Literal["fedavg", "fedprox", "fedavgm", "fedadagrad", "fedadam", "fedyogi", "median", "trimmed-mean",
+                  "krum", "multi-krum", "local"] = opt(
+        "strategy.name", "fedavg",
+        "fedavg, fedprox (client proximal term), server optimizers fedavgm, fedadagrad, fedadam, fedyogi (Reddi et "
+        "al. 2021), robust rules median, trimmed-mean, krum, multi-krum, or local (no aggregation)")
+    server_lr: float = opt("strategy.server-lr", 2.0,
+                           "server step on the mean delta (1: plain FedAvg; adaptive optimizers want about 0.01)",
+                           _positive)
     proximal_mu: float = opt("strategy.proximal-mu", 0.01, "FedProx mu (used by fedprox)", _non_negative)
+    momentum: float = opt("strategy.momentum", 0.9, "fedavgm: server momentum", _unit_closed)
+    beta1: float = opt("strategy.beta1", 0.9, "fedadagrad, fedadam, fedyogi: first-moment decay", _unit_closed)
+    beta2: float = opt("strategy.beta2", 0.99, "fedadam, fedyogi: second-moment decay", _unit_closed)
+    tau: float = opt("strategy.tau", 1e-3, "fedadagrad, fedadam, fedyogi: adaptivity (added to sqrt(v))", _positive)
+    trim: float = opt("strategy.trim", 0.1, "trimmed-mean: fraction of updates dropped at each end, per coordinate",
+                      _unit_closed)
+    byzantine: int = opt("strategy.byzantine", -1,
+                         "krum, multi-krum: Byzantine nodes f to tolerate (-1: the attackers set in attack.*)")
+    krum_m: int = opt("strategy.krum-m", 0, "multi-krum: updates averaged (0: nodes - f)", _non_negative)
+
+
+@dataclass(frozen=True)
+class AttackConfig:
+    name: Literal["none", "sign-flip", "gaussian"] = opt(
+        "attack.name", "none",
+        "experiments: Byzantine nodes send sign-flip (-scale x their update) or gaussian (N(0, scale^2) noise) "
+        "instead of their update")
+    fraction: float = opt("attack.fraction", 0.0, "fraction of nodes that attack (chosen by seed)", _unit_closed)
+    nodes: str = opt("attack.nodes", "", "explicit attacking nodes, e.g. '0,3' (overrides attack.fraction)")
+    scale: float = opt("attack.scale", 1.0, "sign-flip factor, or gaussian std", _positive)
 
 
 @dataclass(frozen=True)
@@ -254,9 +279,10 @@ class Config:
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     secagg: SecAggConfig = field(default_factory=SecAggConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
 
 
-_SECTIONS = ("env", "algo", "strategy", "eval", "nodes", "compression", "secagg", "privacy")
+_SECTIONS = ("env", "algo", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack")
 
 
 def _leaf_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:

@@ -24,6 +24,9 @@ from typing import Any
 import numpy as np
 
 from fedrl.aggregation.fedavg import apply_delta, delta_of, weighted_mean
+from fedrl.aggregation.robust import ROBUST_RULES, robust_aggregate
+from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings
+from fedrl.attacks import attackers
 from fedrl.checkpoint import Checkpoint
 from fedrl.compression.base import Compressed
 from fedrl.compression.downlink import Broadcaster, Downlink
@@ -135,6 +138,12 @@ class Federation:
         self.sample_dp = sample_plan(cfg, ActorCritic(self.spec))  # checked here too: before round 1
         self._noise_rng = private_rng()
         self.clip = self.privacy.clip if self.privacy else 0.0  # this round's clip norm (adaptive: moves)
+        s = cfg.strategy
+        self.robust = s.name in ROBUST_RULES
+        self.byzantine = s.byzantine if s.byzantine >= 0 else len(attackers(cfg))  # f the robust rule tolerates
+        opt_name = "fedavg" if s.name in ("fedavg", "fedprox", "local", *ROBUST_RULES) else s.name
+        self.server_opt = ServerOptimizer(ServerOptSettings(opt_name, s.server_lr, s.momentum, s.beta1, s.beta2,
+                                                            s.tau), self.n_params)
         self.audit = (CanaryAudit(self.privacy.audit, self.n_params, secrets.randbits(64))
                       if self.privacy is not None and self.privacy.audit else None)
 
@@ -207,7 +216,6 @@ class Federation:
 
     def aggregate(self, replies: list[Reply], rnd: int | None = None) -> None:
         """Apply valid replies (already checked with ``validate``) of round ``rnd`` (default: the next)."""
-        lr = self.cfg.strategy.server_lr
         deltas = [self.delta(r) for r in replies]  # before EF21 commits: estimates depend on the held g_i
         if self.ef21 is not None:
             for r, d in zip(replies, deltas, strict=True):
@@ -220,12 +228,23 @@ class Federation:
                 self._merge_moments(r.node, [r])
         elif replies:
             g = self.models[0]
-            if self.privacy is None:
+            mean: list[np.ndarray] | None
+            if self.robust:  # weights ignored: a Byzantine node could lie about its env steps
+                s = self.cfg.strategy
+                try:
+                    mean = unflatten(robust_aggregate(s.name, np.stack([flatten(d) for d in deltas]), self.byzantine,
+                                                      s.trim, s.krum_m), g)
+                except ValueError as err:  # too few replies this round for the rule's guarantee
+                    log.warning("round %s: %s with %d replies: %s; the model is unchanged", rnd, s.name,
+                                len(replies), err)
+                    mean = None
+            elif self.privacy is None:
                 mean = weighted_mean(deltas, [r.env_steps for r in replies])
             else:
                 below = [r.metrics.get("clip_below") for r in replies]
                 mean = unflatten(self._private_mean([flatten(d) for d in deltas], rnd, below), g)
-            self.models[0] = apply_delta(g, mean, lr)
+            if mean is not None:
+                self._server_step(mean)
             self._merge_moments(0, replies)
         self.env_steps += sum(r.env_steps for r in replies)
 
@@ -304,9 +323,13 @@ class Federation:
 
         ``ratio_sum`` is the securely summed weight in units of ``algo.local-steps``.
         """
-        g = self.models[0]
-        self.models[0] = apply_delta(g, unflatten(mean, g), self.cfg.strategy.server_lr)
+        self._server_step(unflatten(mean, self.models[0]))
         self.env_steps += round(ratio_sum * self.cfg.algo.local_steps)
+
+    def _server_step(self, mean: list[np.ndarray]) -> None:
+        """Move the global model with the round's mean update (``strategy.name``'s server optimizer)."""
+        g = self.models[0]
+        self.models[0] = unflatten(self.server_opt.step(flatten(g), flatten(mean)), g)
 
     def note_delivery(self, rnd: int, good: list[int], bad: list[int]) -> None:
         """Record which nodes now hold round ``rnd``'s broadcast (a usable reply proves it)."""
@@ -372,6 +395,7 @@ class Federation:
             arrays.update(self.ef21.to_arrays())
         if self.audit is not None:
             arrays.update(self.audit.to_arrays())
+        arrays.update(self.server_opt.to_arrays())
         meta = {"round": self.round, "env_steps": self.env_steps, "bytes_up": self.bytes_up,
                 "bytes_down": self.bytes_down, "wall_time_s": self.wall_time_s + (time.time() - started),
                 "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
@@ -401,6 +425,7 @@ class Federation:
         if self.ledger is not None:  # the composition continues; never a fresh accountant
             self.ledger.load_list(ck.meta.get("privacy_history", []))
             self.clip = float(ck.meta.get("clip_norm", self.clip))
+        self.server_opt.load_arrays(ck.arrays)
         if self.audit is not None and "audit/meta" in ck.arrays:  # same canaries, scores so far
             self.audit = CanaryAudit.from_arrays(ck.arrays, self.n_params)
         self.round = int(ck.meta["round"])

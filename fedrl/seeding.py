@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 # Purposes keep streams that share (seed, node, round) independent.
-ENV_RESET, TRAIN, SELECT, EVAL, INIT, COMPRESS, DROPOUT, SECAGG = 1, 2, 3, 4, 5, 6, 7, 8
+ENV_RESET, TRAIN, SELECT, EVAL, INIT, COMPRESS, DROPOUT, SECAGG, ATTACK = 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 
 def derive(*ints: int) -> int:

@@ -7,9 +7,12 @@ parses (unknown keys, types, ranges) and then validates the combination, raising
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
+from fedrl.aggregation.robust import ROBUST_RULES
+from fedrl.attacks import attackers
 from fedrl.compression.ring_codes import required_ring_bits
 from fedrl.config import Config, from_run_config, norm_on
 from fedrl.dropout import SECAGG_STAGES
@@ -63,7 +66,40 @@ _NOT_MASKABLE = {
     "randk": "random-k with secure aggregation is not implemented yet (only quantize is)",
 }
 # Aggregation rules that need each update in the clear (robust rules arrive with issue 5).
-_NEEDS_CLEAR_UPDATES = {"local": "keeps one model per node, so it needs each node's update, not their sum"}
+_NEEDS_CLEAR_UPDATES = {
+    "local": "keeps one model per node, so it needs each node's update, not their sum",
+    **{rule: "a robust rule looks at each update (medians, distances), which masking hides"
+       for rule in ROBUST_RULES},
+}
+
+
+def robust_error(cfg: Config) -> ConfigError | None:
+    """Byzantine settings the chosen rule cannot tolerate, or attackers named wrongly."""
+    s = cfg.strategy
+    bad = attackers(cfg)  # raises on a malformed attack.nodes
+    n = min(cfg.nodes.count, max(cfg.min_train_nodes, math.ceil(cfg.fraction_train * cfg.nodes.count)))
+    f = s.byzantine if s.byzantine >= 0 else len(bad)
+    f_key = "strategy.byzantine" if s.byzantine >= 0 else ("attack.nodes" if cfg.attack.nodes.strip()
+                                                             else "attack.fraction")
+    if s.name not in ROBUST_RULES:
+        return None
+    if cfg.privacy.mode != "off":
+        return ConfigError("strategy.name", f"{s.name} with privacy.mode = {cfg.privacy.mode}: the noise is calibrated "
+                                            "to the sensitivity of a sum, not of a robust rule")
+    if s.name in ("krum", "multi-krum") and n <= 2 * f + 2:
+        return ConfigError(f_key, f"{s.name} needs nodes per round n > 2f + 2; n = {n}, f = {f} Byzantine nodes")
+    if s.name == "multi-krum" and s.krum_m > n:
+        return ConfigError("strategy.krum-m", f"got {s.krum_m}; at most the {n} nodes per round")
+    if s.name == "median" and 2 * f >= n:
+        return ConfigError(f_key, f"median tolerates fewer than half Byzantine nodes; f = {f} of n = {n}")
+    if s.name == "trimmed-mean":
+        k = int(s.trim * n)
+        if 2 * k >= n:
+            return ConfigError("strategy.trim", f"trimming {k} of {n} updates at each end leaves none; lower it")
+        if f > k:
+            return ConfigError("strategy.trim", f"trimmed-mean drops {k} updates at each end (strategy.trim = "
+                                                f"{s.trim:g} of {n}) but f = {f} nodes attack; raise strategy.trim")
+    return None
 
 
 def pipeline_error(cfg: Config) -> ConfigError | None:
@@ -126,7 +162,7 @@ def _continuous(cfg: Config) -> bool:
 def check(run_config: Mapping[str, Any]) -> Config:
     cfg = from_run_config(run_config)
     validate(cfg)
-    err = pipeline_error(cfg)
+    err = pipeline_error(cfg) or robust_error(cfg)
     if err is not None:
         raise err
     p = cfg.privacy

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from flwr.app import Context, Message
 
+from fedrl.attacks import attack_update, attackers
 from fedrl.compression import ef21
 from fedrl.compression.downlink import receive
 from fedrl.compression.pipeline import (
@@ -39,6 +40,7 @@ from fedrl.privacy.node import PRIVATE_METRICS, privatize
 from fedrl.privacy.plan import PrivacyPlan, plan_for, sample_plan
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights
 from fedrl.rl.train import NodeState, train_locally
+from fedrl.seeding import ATTACK, numpy_rng
 
 if TYPE_CHECKING:
     from fedrl.privacy.dpsgd import SampleDP
@@ -55,6 +57,7 @@ class Setup:
     env_kwargs: dict[str, object]
     privacy: PrivacyPlan | None
     sample_dp: SampleDP | None  # DP-SGD in local training
+    attackers: frozenset[int]  # Byzantine nodes (attack.*)
 
 
 @functools.lru_cache(maxsize=4)
@@ -66,7 +69,7 @@ def _setup(run_config_json: str) -> Setup:
     return Setup(cfg, variants, spec, template,
                  stage(cfg.compression, "up"), stage(cfg.compression, "down"), dict(parse_kwargs(cfg.env.kwargs)),
                  plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in template)),
-                 sample_plan(cfg, ActorCritic(spec)))
+                 sample_plan(cfg, ActorCritic(spec)), attackers(cfg))
 
 
 def setup(context: Context) -> Setup:
@@ -97,6 +100,10 @@ def handle_train(msg: Message, context: Context) -> Message:
     kept.update(res.state.arrays)
     delta = flatten(res.weights) - flatten(weights)
     trained, metrics = res.weights, res.metrics
+    if plan.node in su.attackers:  # experiments: a Byzantine node replaces its update (attack.*)
+        delta = attack_update(cfg.attack.name, delta, cfg.attack.scale, numpy_rng(plan.seed, ATTACK, plan.node,
+                                                                                   plan.round))
+        trained = unflatten(flatten(weights) + delta, weights)
     if su.sample_dp is not None:
         metrics = {k: v for k, v in metrics.items() if k not in PRIVATE_METRICS}
     if su.privacy is not None:  # clip (and, in local mode, noise) before anything leaves the node

@@ -1,0 +1,42 @@
+"""Server optimizers inside the Federation: the FedAvg reduction on real aggregation, and the checkpoint."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedrl.checkpoint import Checkpoint
+from fedrl.compression.pipeline import flatten, unflatten
+from fedrl.config import from_run_config
+from fedrl.federation import Federation, Reply
+
+SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1}
+
+
+def _rounds(fed: Federation, rounds: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    for rnd in range(1, rounds + 1):
+        g = fed.models[0]
+        replies = [Reply(n, unflatten(flatten(g) + rng.normal(0, 0.01, fed.n_params).astype(np.float32), g),
+                         int(rng.integers(200, 300)), None, {}) for n in range(3)]
+        fed.aggregate(replies, rnd)
+        fed.round = rnd
+    return flatten(fed.models[0])
+
+
+def test_fedadam_with_degenerate_settings_equals_fedavg_with_its_server_lr() -> None:
+    plain = _rounds(Federation(from_run_config({**SMALL, "strategy.server-lr": 0.8})))
+    adam = _rounds(Federation(from_run_config({**SMALL, "strategy.name": "fedadam", "strategy.server-lr": 0.8,
+                                               "strategy.beta1": 0.0, "strategy.beta2": 1.0, "strategy.tau": 1.0})))
+    np.testing.assert_array_equal(adam, plain)
+
+
+def test_the_optimizer_state_survives_a_checkpoint() -> None:
+    over = {**SMALL, "strategy.name": "fedyogi", "strategy.server-lr": 0.01}
+    fed = Federation(from_run_config(over))
+    _rounds(fed, 2)
+    again = Federation(from_run_config(over))
+    ck = fed.to_checkpoint(0.0)
+    again.load_checkpoint(Checkpoint(ck.meta, ck.arrays))
+    assert again.server_opt.steps == 2
+    np.testing.assert_array_equal(again.server_opt.v, fed.server_opt.v)
+    np.testing.assert_array_equal(_rounds(again, 1), _rounds(fed, 1))

@@ -1,0 +1,61 @@
+"""Server optimizers (Reddi et al. 2021) on hand-computed steps, and their reductions to FedAvg."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings
+
+
+def _run(settings: ServerOptSettings, updates: list[list[float]]) -> tuple[np.ndarray, ServerOptimizer]:
+    opt = ServerOptimizer(settings, len(updates[0]))
+    x = np.zeros(len(updates[0]), np.float32)
+    for d in updates:
+        x = opt.step(x, np.asarray(d, np.float32))
+    return x, opt
+
+
+def test_fedavg_and_fedavgm_by_hand() -> None:
+    x, _ = _run(ServerOptSettings("fedavg", lr=2.0), [[1.0, -0.5], [0.5, 0.5]])
+    np.testing.assert_allclose(x, [3.0, 0.0])
+    # m1 = d1 = 1; x = 0.5; m2 = 0.9 + 1 = 1.9; x = 0.5 + 0.95 = 1.45
+    x, opt = _run(ServerOptSettings("fedavgm", lr=0.5, momentum=0.9), [[1.0], [1.0]])
+    np.testing.assert_allclose(x, [1.45], rtol=1e-6)
+    assert opt.m.tolist() == [pytest.approx(1.9)]
+
+
+def test_adaptive_steps_by_hand() -> None:
+    s = {"lr": 0.1, "beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
+    # step 1 with d = 2: m = 0.2; adagrad v = 4; adam v = 0.04; yogi v = 0 - 0.01 * 4 * sign(0 - 4) = 0.04
+    for name, v in (("fedadagrad", 4.0), ("fedadam", 0.04), ("fedyogi", 0.04)):
+        x, opt = _run(ServerOptSettings(name, **s), [[2.0]])
+        assert opt.v[0] == pytest.approx(v) and opt.m[0] == pytest.approx(0.2)
+        np.testing.assert_allclose(x, [0.1 * 0.2 / (np.sqrt(v) + 1e-3)], rtol=1e-6)
+    # yogi's second step with d = 1: v = 0.04 - 0.01 * 1 * sign(0.04 - 1) = 0.05; adam: 0.99 * 0.04 + 0.01 = 0.0496
+    _, yogi = _run(ServerOptSettings("fedyogi", **s), [[2.0], [1.0]])
+    _, adam = _run(ServerOptSettings("fedadam", **s), [[2.0], [1.0]])
+    assert yogi.v[0] == pytest.approx(0.05) and adam.v[0] == pytest.approx(0.0496)
+
+
+def test_degenerate_fedadam_is_fedavg_with_the_same_server_lr() -> None:
+    rng = np.random.default_rng(0)
+    updates = [rng.normal(0, 1, 50).astype(np.float32).tolist() for _ in range(5)]
+    plain, _ = _run(ServerOptSettings("fedavg", lr=0.7), updates)
+    adam, _ = _run(ServerOptSettings("fedadam", lr=0.7, beta1=0.0, beta2=1.0, tau=1.0), updates)
+    np.testing.assert_array_equal(adam, plain)
+    avgm, _ = _run(ServerOptSettings("fedavgm", lr=0.7, momentum=0.0), updates)
+    np.testing.assert_array_equal(avgm, plain)
+
+
+def test_state_round_trips_and_bad_input_is_refused() -> None:
+    _, opt = _run(ServerOptSettings("fedadam", lr=0.1), [[1.0, 2.0], [0.5, -1.0]])
+    back = ServerOptimizer(ServerOptSettings("fedadam", lr=0.1), 2)
+    back.load_arrays(opt.to_arrays())
+    assert back.steps == 2 and back.m.tolist() == opt.m.tolist() and back.v.tolist() == opt.v.tolist()
+    x = np.ones(2, np.float32)
+    np.testing.assert_array_equal(back.step(x, np.ones(2, np.float32)), opt.step(x, np.ones(2, np.float32)))
+    with pytest.raises(ValueError, match="one of"):
+        ServerOptimizer(ServerOptSettings("sgd"), 2)
+    with pytest.raises(ValueError, match="3 values"):
+        opt.step(np.zeros(2, np.float32), np.zeros(3, np.float32))
