@@ -133,6 +133,18 @@ class StrategyConfig:
 
 
 @dataclass(frozen=True)
+class TopologyConfig:
+    name: Literal["star", "hierarchical"] = opt(
+        "topology.name", "star", "star (one server model) or hierarchical (nodes, edges, cloud; HierFAVG)")
+    edges: int = opt("topology.edges", 2, "hierarchical: number of edge aggregators", _positive)
+    cloud_every: int = opt("topology.cloud-every", 2, "hierarchical: the cloud averages the edges every N rounds",
+                           _positive)
+    assign: str = opt("topology.assign", "contiguous",
+                      "hierarchical: node -> edge: contiguous, cluster (k-means on variant parameters) or one edge "
+                      "index per node, e.g. '0,0,1,1'")
+
+
+@dataclass(frozen=True)
 class AttackConfig:
     name: Literal["none", "sign-flip", "gaussian"] = opt(
         "attack.name", "none",
@@ -280,9 +292,10 @@ class Config:
     secagg: SecAggConfig = field(default_factory=SecAggConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
 
 
-_SECTIONS = ("env", "algo", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack")
+_SECTIONS = ("env", "algo", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack", "topology")
 
 
 def _leaf_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:

@@ -45,6 +45,7 @@ from fedrl.rl.networks import ActorCritic, PolicySpec, check_weights, get_weight
 from fedrl.rl.normalize import Moments
 from fedrl.rl.train import LocalPlan, round_lr, uses_norm
 from fedrl.seeding import INIT, SELECT, derive, numpy_rng
+from fedrl.topology.hierarchy import assign_edges, cloud_average
 
 log = logging.getLogger("fedrl")
 
@@ -116,7 +117,11 @@ class Federation:
         self.kwargs: dict[str, object] = dict(parse_kwargs(cfg.env.kwargs))
         w0 = initial_weights(self.spec, cfg.seed)
         self.per_node = cfg.strategy.name == "local"
-        n_models = cfg.nodes.count if self.per_node else 1
+        self.hier = cfg.topology.name == "hierarchical"
+        t = cfg.topology
+        self.edge_of = assign_edges(t.assign, self.variants, t.edges, cfg.seed) if self.hier else []
+        self.bytes_cloud = 0  # hierarchical: edge <-> cloud traffic (float32 models)
+        n_models = cfg.nodes.count if self.per_node else (t.edges if self.hier else 1)
         self.models: list[list[np.ndarray]] = [list(w0) for _ in range(n_models)]
         self.obs_on = uses_norm(cfg.algo.norm_obs, self.spec)
         dim = self.spec.obs_dim
@@ -158,7 +163,14 @@ class Federation:
         return sorted(int(i) for i in numpy_rng(self.cfg.seed, SELECT, rnd).choice(n, k, replace=False))
 
     def slot(self, node: int) -> int:
-        return node if self.per_node else 0
+        """The model a node trains from: its own (local), its edge's (hierarchical) or the global one."""
+        return node if self.per_node else (self.edge_of[node] if self.hier else 0)
+
+    def server_model(self) -> list[np.ndarray]:
+        """The model the run stands for: the global model, or the cloud average of the edges."""
+        if not self.hier:
+            return self.models[0]
+        return cloud_average(self.models, [self.edge_of.count(e) for e in range(len(self.models))])
 
     def begin_round(self, rnd: int) -> None:
         """Make this round's broadcast of every model slot (call once, before ``plan``)."""
@@ -220,7 +232,9 @@ class Federation:
         if self.ef21 is not None:
             for r, d in zip(replies, deltas, strict=True):
                 self.ef21.commit(r.node, flatten(d), self.round + 1 if rnd is None else rnd)
-        if self.per_node:
+        if self.hier:
+            self._hierarchical(replies, deltas, self.round + 1 if rnd is None else rnd)
+        elif self.per_node:
             # No aggregation: a node's next model is exactly what it trained (no server step).
             for r, d in zip(replies, deltas, strict=True):
                 self.models[r.node] = ([w.astype(np.float32) for w in r.weights] if r.update is None
@@ -247,6 +261,19 @@ class Federation:
                 self._server_step(mean)
             self._merge_moments(0, replies)
         self.env_steps += sum(r.env_steps for r in replies)
+
+    def _hierarchical(self, replies: list[Reply], deltas: list[list[np.ndarray]], rnd: int) -> None:
+        """HierFAVG: each edge averages its nodes' updates; every ``cloud-every`` rounds the cloud
+        averages the edges (weighted by their node counts) and every edge takes the result."""
+        for e in range(len(self.models)):
+            mine = [(r, d) for r, d in zip(replies, deltas, strict=True) if self.edge_of[r.node] == e]
+            if mine:  # the same FedAvg step as the star's (strategy.server-lr; the optimizer is stateless)
+                mean = weighted_mean([d for _, d in mine], [r.env_steps for r, _ in mine])
+                self.models[e] = unflatten(self.server_opt.step(flatten(self.models[e]), flatten(mean)), mean)
+        if rnd % self.cfg.topology.cloud_every == 0:
+            cloud = self.server_model()
+            self.models = [list(cloud) for _ in self.models]
+            self.bytes_cloud += 2 * len(self.models) * 4 * self.n_params  # each edge up, the cloud back down
 
     def _private_mean(self, deltas: list[np.ndarray], rnd: int | None,
                       below: list[float | None] | None = None) -> np.ndarray:
@@ -352,7 +379,7 @@ class Federation:
         """Return per variant: the global model (star) or node i's model on variant i (local)."""
         c = self.cfg
         if not self.per_node:
-            return evaluate(self.spec, self.models[0], self.moments[0], c.env.id, self.variants,
+            return evaluate(self.spec, self.server_model(), self.moments[0], c.env.id, self.variants,
                             self.kwargs, c.eval.episodes, c.seed)
         return [
             evaluate(self.spec, self.models[i], self.moments[i], c.env.id, [v], self.kwargs, c.eval.episodes, c.seed,
@@ -401,6 +428,7 @@ class Federation:
                 "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
                 "bcast_round": [c.round for c in self.casts],
                 "privacy_history": self.ledger.to_list() if self.ledger is not None else [],
+                "bytes_cloud": self.bytes_cloud,
                 "clip_norm": self.clip}
         return Checkpoint(meta, arrays)
 
@@ -432,4 +460,5 @@ class Federation:
         self.env_steps = int(ck.meta["env_steps"])
         self.bytes_up = int(ck.meta["bytes_up"])
         self.bytes_down = int(ck.meta["bytes_down"])
+        self.bytes_cloud = int(ck.meta.get("bytes_cloud", 0))
         self.wall_time_s = float(ck.meta["wall_time_s"])

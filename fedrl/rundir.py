@@ -75,6 +75,8 @@ def end_round(fed: Federation, folder: RunFolder, started: float, round_started:
         "round_time_s": time.time() - round_started, "env_steps": fed.env_steps,
         "bytes_up": fed.bytes_up, "bytes_down": fed.bytes_down, **fields,
     }
+    if fed.hier:
+        row["bytes_cloud"] = fed.bytes_cloud  # the edge <-> cloud tier; bytes_up/down are node <-> edge
     if evals:
         row |= {"eval_returns": evals, "eval_mean_return": sum(evals) / len(evals), "eval_min_return": min(evals)}
     folder.append_metrics(row)
@@ -101,6 +103,7 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         "wall_time_s": fed.wall_time_s,
         "bytes_up_total": fed.bytes_up,
         "bytes_down_total": fed.bytes_down,
+        **({"bytes_cloud_total": fed.bytes_cloud} if fed.hier else {}),
         "eval": [{"node": i, "params": v, "mean_return": r} for i, (v, r) in enumerate(zip(fed.variants, returns, strict=True))],
         "eval_mean_return": float(np.mean(returns)),
         "eval_min_return": float(np.min(returns)),
@@ -130,7 +133,7 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
     if fed.per_node:
         for i, w in enumerate(fed.models):
             extra |= {f"node{i}/{n}": a for n, a in zip(fed.names, w, strict=True)}
-    folder.save_model(fed.names, fed.models[0], extra)
+    folder.save_model(fed.names, fed.server_model(), extra)
     labels = [", ".join(f"{k}={v:.3g}" for k, v in p.items()) or f"node {i}" for i, p in enumerate(fed.variants)]
     folder.plot(labels)
     print_table(summary)

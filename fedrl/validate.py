@@ -21,6 +21,7 @@ from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
 from fedrl.errors import ConfigError
 from fedrl.privacy.plan import plan_for, sample_plan
+from fedrl.topology.hierarchy import assign_edges
 
 
 def validate(cfg: Config) -> None:
@@ -71,6 +72,25 @@ _NEEDS_CLEAR_UPDATES = {
     **{rule: "a robust rule looks at each update (medians, distances), which masking hides"
        for rule in ROBUST_RULES},
 }
+
+
+def topology_error(cfg: Config) -> ConfigError | None:
+    """Settings hierarchical aggregation does not combine with (yet), or a bad edge assignment."""
+    t = cfg.topology
+    if t.name != "hierarchical":
+        return None
+    variants = [sample_variant(parse_vary(cfg.env.vary), i, cfg.nodes.count, cfg.seed) for i in range(cfg.nodes.count)]
+    assign_edges(t.assign, variants, t.edges, cfg.seed)  # raises on a bad mapping or edge count
+    if cfg.strategy.name not in ("fedavg", "fedprox"):
+        return ConfigError("strategy.name", f"topology.name = hierarchical with strategy.name = {cfg.strategy.name}: "
+                                            "edges and cloud average (FedAvg with strategy.server-lr); use fedavg "
+                                            "or fedprox")
+    for key, on in (("secagg.enabled", cfg.secagg.enabled), ("privacy.mode", cfg.privacy.mode != "off"),
+                    ("algo.norm-obs", norm_on(cfg.algo.norm_obs, cfg.algo.norm_obs == "auto" and _continuous(cfg)))):
+        if on:
+            return ConfigError(key, f"topology.name = hierarchical does not combine with {key} yet: it aggregates "
+                                    "per edge in the clear, with per-edge observation statistics left out")
+    return None
 
 
 def robust_error(cfg: Config) -> ConfigError | None:
@@ -162,7 +182,7 @@ def _continuous(cfg: Config) -> bool:
 def check(run_config: Mapping[str, Any]) -> Config:
     cfg = from_run_config(run_config)
     validate(cfg)
-    err = pipeline_error(cfg) or robust_error(cfg)
+    err = pipeline_error(cfg) or robust_error(cfg) or topology_error(cfg)
     if err is not None:
         raise err
     p = cfg.privacy

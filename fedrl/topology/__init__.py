@@ -1,0 +1,1 @@
+"""Topologies beyond the star: hierarchical (client, edge, cloud) aggregation (plain numpy)."""
