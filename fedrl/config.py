@@ -145,6 +145,14 @@ class TopologyConfig:
 
 
 @dataclass(frozen=True)
+class SelectionConfig:
+    name: Literal["uniform", "round-robin"] = opt(
+        "selection.name", "uniform",
+        "which fraction-train of the nodes train each round: uniform (drawn by seed and round) or round-robin "
+        "(in turn, so every node trains equally often)")
+
+
+@dataclass(frozen=True)
 class AttackConfig:
     name: Literal["none", "sign-flip", "gaussian"] = opt(
         "attack.name", "none",
@@ -293,9 +301,11 @@ class Config:
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
 
 
-_SECTIONS = ("env", "algo", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack", "topology")
+_SECTIONS = ("env", "algo", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack", "topology",
+             "selection")
 
 
 def _leaf_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:

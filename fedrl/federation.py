@@ -154,12 +154,16 @@ class Federation:
 
     # --- planning -------------------------------------------------------------------
     def select(self, rnd: int) -> list[int]:
-        """Nodes trained in round ``rnd``: ``fraction-train`` of them, at least
-        ``min-train-nodes`` (capped at the federation size), drawn from (seed, round)."""
+        """Nodes trained in round ``rnd``: ``fraction-train`` of them, at least ``min-train-nodes``
+        (capped at the federation size), drawn from (seed, round) or, with ``selection.name =
+        round-robin``, the next k in turn (round 1: nodes 0..k-1)."""
         n = self.cfg.nodes.count
         k = min(n, max(self.cfg.min_train_nodes, math.ceil(self.cfg.fraction_train * n)))
         if k == n:
             return list(range(n))
+        if self.cfg.selection.name == "round-robin":
+            start = (rnd - 1) * k % n
+            return sorted((start + j) % n for j in range(k))
         return sorted(int(i) for i in numpy_rng(self.cfg.seed, SELECT, rnd).choice(n, k, replace=False))
 
     def slot(self, node: int) -> int:

@@ -117,3 +117,10 @@ def test_a_variant_is_evaluated_on_the_same_episodes_in_any_list() -> None:
     every = evaluate(*args, fed.variants, {}, 2, 0)
     alone = [evaluate(*args, [v], {}, 2, 0, nodes=[i])[0] for i, v in enumerate(fed.variants)]
     assert every == alone
+
+
+def test_round_robin_selection_takes_nodes_in_turn_and_uniform_draws_by_seed() -> None:
+    rr = _fed(**{"nodes.count": 5, "fraction-train": 0.4, "selection.name": "round-robin"})
+    assert [rr.select(r) for r in (1, 2, 3, 4)] == [[0, 1], [2, 3], [0, 4], [1, 2]]
+    uni = _fed(**{"nodes.count": 5, "fraction-train": 0.4})
+    assert uni.select(3) == _fed(**{"nodes.count": 5, "fraction-train": 0.4}).select(3) and len(uni.select(3)) == 2
