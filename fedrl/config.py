@@ -303,6 +303,12 @@ class Config:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     selection: SelectionConfig = field(default_factory=SelectionConfig)
 
+    @property
+    def nodes_per_round(self) -> int:
+        """Nodes selected each round: ``fraction-train`` of them, at least ``min-train-nodes``, at most all."""
+        n = self.nodes.count
+        return min(n, max(self.min_train_nodes, math.ceil(self.fraction_train * n)))
+
 
 _SECTIONS = ("env", "algo", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack", "topology",
              "selection")

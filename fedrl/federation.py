@@ -39,7 +39,7 @@ from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
 from fedrl.errors import ConfigError
 from fedrl.privacy import clip_l2, gaussian, private_rng
 from fedrl.privacy.audit import AuditResult, CanaryAudit
-from fedrl.privacy.plan import plan_for, sample_plan
+from fedrl.privacy.plan import plan_for
 from fedrl.rl.evaluate import evaluate
 from fedrl.rl.networks import ActorCritic, PolicySpec, check_weights, get_weights, spec_for, weight_names
 from fedrl.rl.normalize import Moments
@@ -140,7 +140,6 @@ class Federation:
         self.ef21 = ServerEF21(self.up, self.n_params) if self.up.ef21 else None
         self.privacy = plan_for(cfg, self.spec.action_kind == "continuous", self.n_params)
         self.ledger = self.privacy.new_ledger() if self.privacy else None
-        self.sample_dp = sample_plan(cfg, ActorCritic(self.spec))  # checked here too: before round 1
         self._noise_rng = private_rng()
         self.clip = self.privacy.clip if self.privacy else 0.0  # this round's clip norm (adaptive: moves)
         s = cfg.strategy
@@ -157,8 +156,7 @@ class Federation:
         """Nodes trained in round ``rnd``: ``fraction-train`` of them, at least ``min-train-nodes``
         (capped at the federation size), drawn from (seed, round) or, with ``selection.name =
         round-robin``, the next k in turn (round 1: nodes 0..k-1)."""
-        n = self.cfg.nodes.count
-        k = min(n, max(self.cfg.min_train_nodes, math.ceil(self.cfg.fraction_train * n)))
+        n, k = self.cfg.nodes.count, self.cfg.nodes_per_round
         if k == n:
             return list(range(n))
         if self.cfg.selection.name == "round-robin":

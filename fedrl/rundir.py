@@ -17,6 +17,7 @@ import numpy as np
 from fedrl import checkpoint
 from fedrl.errors import ConfigError
 from fedrl.federation import Federation
+from fedrl.privacy.node import dpsgd_field
 from fedrl.results import RunFolder
 
 log = logging.getLogger("fedrl")
@@ -88,13 +89,14 @@ def end_round(fed: Federation, folder: RunFolder, started: float, round_started:
     return False
 
 
-def _last_eval(folder: RunFolder) -> list[float] | None:
-    rows = [r for r in folder.read_metrics() if r.get("eval_returns")]
-    return rows[-1]["eval_returns"] if rows else None
+def _last_eval(rows: list[dict[str, Any]]) -> list[float] | None:
+    evals = [r for r in rows if r.get("eval_returns")]
+    return evals[-1]["eval_returns"] if evals else None
 
 
 def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
-    returns = _last_eval(folder)
+    rows = folder.read_metrics()
+    returns = _last_eval(rows)
     if returns is None or len(returns) != len(fed.variants):
         returns = fed.evaluate_own()
     summary: dict[str, Any] = {
@@ -114,9 +116,7 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         "delta": fed.privacy.delta if fed.privacy is not None else None,
         "noise_multiplier": fed.privacy.z if fed.privacy is not None else None,
     }
-    dp_eps = [r["dpsgd_epsilon"] for r in folder.read_metrics() if r.get("dpsgd_epsilon") is not None]
-    if dp_eps:
-        summary["dpsgd_epsilon"] = max(dp_eps)  # sample-level ε of the node that spent the most
+    summary |= dpsgd_field(rows)  # sample-level ε of the node that spent the most
     audit = fed.audit_result()
     if audit is not None:
         summary["audit"] = audit.to_dict()

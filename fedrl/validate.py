@@ -7,7 +7,6 @@ parses (unknown keys, types, ranges) and then validates the combination, raising
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -97,7 +96,7 @@ def robust_error(cfg: Config) -> ConfigError | None:
     """Byzantine settings the chosen rule cannot tolerate, or attackers named wrongly."""
     s = cfg.strategy
     bad = attackers(cfg)  # raises on a malformed attack.nodes
-    n = min(cfg.nodes.count, max(cfg.min_train_nodes, math.ceil(cfg.fraction_train * cfg.nodes.count)))
+    n = cfg.nodes_per_round
     f = s.byzantine if s.byzantine >= 0 else len(bad)
     f_key = "strategy.byzantine" if s.byzantine >= 0 else ("attack.nodes" if cfg.attack.nodes.strip()
                                                              else "attack.fraction")

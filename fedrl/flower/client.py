@@ -65,11 +65,12 @@ def _setup(run_config_json: str) -> Setup:
     cfg = from_run_config(json.loads(run_config_json))
     variants = variants_of(cfg)
     spec = policy_spec(cfg, variants[0])
-    template = get_weights(ActorCritic(spec))
+    model = ActorCritic(spec)
+    template = get_weights(model)
     return Setup(cfg, variants, spec, template,
                  stage(cfg.compression, "up"), stage(cfg.compression, "down"), dict(parse_kwargs(cfg.env.kwargs)),
                  plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in template)),
-                 sample_plan(cfg, ActorCritic(spec)), attackers(cfg))
+                 sample_plan(cfg, model), attackers(cfg))
 
 
 def setup(context: Context) -> Setup:
@@ -104,12 +105,11 @@ def handle_train(msg: Message, context: Context) -> Message:
         delta = attack_update(cfg.attack.name, delta, cfg.attack.scale, numpy_rng(plan.seed, ATTACK, plan.node,
                                                                                    plan.round))
         trained = unflatten(flatten(weights) + delta, weights)
-    if su.sample_dp is not None:
+    if su.privacy is not None or su.sample_dp is not None:  # data-dependent metrics are not noised: keep them
         metrics = {k: v for k, v in metrics.items() if k not in PRIVATE_METRICS}
     if su.privacy is not None:  # clip (and, in local mode, noise) before anything leaves the node
         delta, below = privatize(delta, su.privacy, plan.clip_norm)
         trained = unflatten(flatten(weights) + delta, weights)
-        metrics = {k: v for k, v in metrics.items() if k not in PRIVATE_METRICS}
         if su.privacy.adaptive:
             metrics["clip_below"] = float(below)  # noised by the server before use (central mode only)
     if setup_sa is not None:  # secure aggregation: reply with encrypted shares; the update stays here, masked later

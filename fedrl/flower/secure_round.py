@@ -39,6 +39,7 @@ from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
 from fedrl.flower.transport import NodeMap, exchange, failure
+from fedrl.privacy.node import dpsgd_field
 from fedrl.secagg import Keys, Masked, SecAggAbort, SecAggServer, make_params
 from fedrl.seeding import SECAGG, derive
 
@@ -124,9 +125,7 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
             grid, fed, nm, plans, codec.TRAIN, rnd, sc.decode_trained, bad, "train+share", clock)
         if cfg.secagg.send_metrics:
             fields["train_returns"] = {str(n): m.get("train_return") for n, (_, m) in trained.items()}
-        dp_eps = [m["dpsgd_epsilon"] for _, m in trained.values() if m and "dpsgd_epsilon" in m]
-        if dp_eps:
-            fields["dpsgd_epsilon"] = max(dp_eps)
+        fields |= dpsgd_field(m for _, m in trained.values())
         routed = server.collect_shares({n: c for n, (c, _) in trained.items()})
         masked: dict[int, Masked] = _replies(
             grid, fed, nm, {n: sc.encode_ciphertexts(n, rnd, sid, c) for n, c in routed.items()}, sc.MASK, rnd,

@@ -23,6 +23,7 @@ from fedrl.federation import Federation, Reply
 from fedrl.flower import codec
 from fedrl.flower.secure_round import KeysAhead, secure_round
 from fedrl.flower.transport import NodeMap, discover, exchange, failure
+from fedrl.privacy.node import dpsgd_field
 from fedrl.rundir import end_round, finish, resolve_run_folder
 
 log = logging.getLogger("fedrl")
@@ -70,9 +71,8 @@ def plain_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str,
         fed.env_steps += sum(r.env_steps for r in good)
         log.warning("round %d: %d usable replies, fewer than min-train-nodes = %d; the model is unchanged",
                     rnd, len(good), cfg.min_train_nodes)
-    dp_eps = [r.metrics["dpsgd_epsilon"] for r in good if "dpsgd_epsilon" in r.metrics]
     return {
-        **({"dpsgd_epsilon": max(dp_eps)} if dp_eps else {}),  # the most any node has spent (sample-level)
+        **dpsgd_field(r.metrics for r in good),  # sample-level DP: the most any node has spent
         "nodes_trained": sorted(r.node for r in good), "nodes_failed": {str(k): v for k, v in bad.items()},
         "train_returns": {str(r.node): r.metrics.get("train_return") for r in good},
         "train_seconds": {str(r.node): r.metrics.get("train_seconds") for r in good},

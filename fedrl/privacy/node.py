@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import numpy as np
 
 from fedrl.privacy.clipping import clip_l2
@@ -10,6 +13,12 @@ from fedrl.privacy.plan import PrivacyPlan
 
 PRIVATE_METRICS = ("train_return",)
 """Per-node metrics that depend on the node's data: not sent under DP (they are not noised)."""
+
+
+def dpsgd_field(metrics: Iterable[Mapping[str, Any] | None]) -> dict[str, float]:
+    """``{"dpsgd_epsilon": the most any node has spent}`` over nodes' metrics or metrics rows, or ``{}``."""
+    eps = [float(m["dpsgd_epsilon"]) for m in metrics if m and m.get("dpsgd_epsilon") is not None]
+    return {"dpsgd_epsilon": max(eps)} if eps else {}
 
 
 def privatize(delta: np.ndarray, plan: PrivacyPlan, clip: float | None = None) -> tuple[np.ndarray, bool]:

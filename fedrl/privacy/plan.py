@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -10,6 +9,7 @@ from fedrl.config import Config, norm_on
 from fedrl.errors import ConfigError
 from fedrl.privacy.accounting import Ledger, epsilon_after, noise_for_target
 from fedrl.privacy.skellam import SkellamCoding, SkellamLedger, coding_for, z_for_target
+from fedrl.secagg.params import threshold_count
 
 if TYPE_CHECKING:
     from fedrl.privacy.dpsgd import SampleDP
@@ -136,8 +136,7 @@ def plan_for(cfg: Config, continuous: bool, dim: int) -> PrivacyPlan | None:
         if p.mode != "central":
             raise ConfigError("privacy.adaptive-clip", f"needs privacy.mode = central (got {p.mode}): each node's "
                                                        "clipped-or-not bit is noised by the server")
-        per_round = min(cfg.nodes.count, max(cfg.min_train_nodes, math.ceil(cfg.fraction_train * cfg.nodes.count)))
-        count_std = p.count_noise or per_round / 20
+        count_std = p.count_noise or cfg.nodes_per_round / 20
         if 2 * count_std <= z:
             raise ConfigError("privacy.count-noise", f"the count noise {count_std:.3g} must exceed half the noise "
                                                      f"multiplier ({z:.3g} / 2) so that the update noise can make up "
@@ -157,9 +156,8 @@ def _distributed(cfg: Config, dim: int, q: float, note: str, z: float, budget: f
     if not 16 <= bits <= 32:
         raise ConfigError("secagg.bits", f"privacy.mode = distributed needs a ring of 16 to 32 bits (got {bits}; "
                                          f"0: {DISTRIBUTED_BITS}): the noise and the scaled updates must fit")
-    n = min(cfg.nodes.count, max(cfg.min_train_nodes, math.ceil(cfg.fraction_train * cfg.nodes.count)))
-    holders = sa.neighbors + 1 if sa.neighbors else n
-    share = max(1, math.ceil(sa.threshold * holders - 1e-9))  # the fewest nodes a sum can be unmasked from
+    n = cfg.nodes_per_round
+    share = threshold_count(sa.threshold, sa.neighbors + 1 if sa.neighbors else n)  # fewest nodes in an unmasked sum
     rounds = cfg.num_server_rounds
     try:
         if z == 0:

@@ -102,6 +102,15 @@ class Params:
         return cls(round_, session, nodes, neighbours, threshold, bits, length)
 
 
+def threshold_count(fraction: float, holders: int) -> int:
+    """Shares needed to rebuild a secret held by ``holders`` nodes: ``max(1, ceil(fraction x holders))``.
+
+    It is also the fewest nodes a sum can be unmasked from (the server aborts below it).
+    """
+    # The small epsilon keeps e.g. 0.6 * 5 = 3.0000000000000004 from rounding up to 4.
+    return max(1, math.ceil(fraction * holders - 1e-9))
+
+
 def make_params(
     round: int,
     session: bytes,
@@ -136,7 +145,5 @@ def make_params(
         graph = neighbour_graph(ids, k_neighbours, graph_seed)
     except ValueError as err:
         raise ValueError(f"k_neighbours: {err}") from err
-    smallest = min(len(nb) + 1 for nb in graph.values())
-    # The small epsilon keeps e.g. 0.6 * 5 = 3.0000000000000004 from rounding up to 4.
-    threshold = max(1, math.ceil(float(threshold_fraction) * smallest - 1e-9))
+    threshold = threshold_count(float(threshold_fraction), min(len(nb) + 1 for nb in graph.values()))
     return Params(int(round), session, tuple(sorted(int(v) for v in ids)), graph, threshold, bits, length)

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Flower depends on tomli
-    import tomli as tomllib
-
 from fedrl.privacy import epsilon_after
 from tests.e2e.harness import REPO, LocalFlower
+
+sys.path.insert(0, str(REPO / "simulations"))
+from privacy_sweep import preset as sweep_preset
 
 pytestmark = pytest.mark.slow
 
@@ -22,10 +20,8 @@ SMALL = "nodes.count=4 algo.local-steps=512 eval.episodes=2"
 
 
 def preset(name: str) -> str:
-    """A ``simulations/configs`` preset as a run-config override string (Flower takes a TOML file
-    or key=value pairs, not both)."""
-    cfg = tomllib.loads((REPO / "simulations" / "configs" / name).read_text())
-    return " ".join(f"{k}='{v}'" if isinstance(v, str) else f"{k}={v!r}" for k, v in cfg.items())
+    """A ``simulations/configs`` preset as a run-config override string (the sweep runner's reader)."""
+    return sweep_preset(str(REPO / "simulations" / "configs" / name))
 
 
 def _rows(folder: Path) -> list[dict]:
