@@ -15,8 +15,6 @@ has one normalization that matches the data it was trained on across all variant
 from __future__ import annotations
 
 import logging
-import math
-import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -34,17 +32,19 @@ from fedrl.compression.ef21 import ServerEF21
 from fedrl.compression.pipeline import Stage, decompress, flatten, stage, unflatten
 from fedrl.compression.ring_codes import required_ring_bits
 from fedrl.config import Config, to_flat
-from fedrl.envs.make import make_env
-from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
+from fedrl.envs.spec import parse_kwargs
 from fedrl.errors import ConfigError
-from fedrl.privacy import clip_l2, gaussian, private_rng
-from fedrl.privacy.audit import AuditResult, CanaryAudit
+from fedrl.experiment import initial_weights, policy_spec, target_return, variants_of
+from fedrl.privacy.accounting import Ledger
+from fedrl.privacy.audit import AuditResult
 from fedrl.privacy.plan import plan_for
+from fedrl.privacy.server import ServerPrivacy
+from fedrl.privacy.skellam import SkellamLedger
 from fedrl.rl.evaluate import evaluate
-from fedrl.rl.networks import ActorCritic, PolicySpec, check_weights, get_weights, spec_for, weight_names
+from fedrl.rl.networks import ActorCritic, check_weights, weight_names
 from fedrl.rl.normalize import Moments
 from fedrl.rl.train import LocalPlan, round_lr, uses_norm
-from fedrl.seeding import INIT, SELECT, derive, numpy_rng
+from fedrl.seeding import SELECT, numpy_rng
 from fedrl.topology.hierarchy import assign_edges, cloud_average
 
 log = logging.getLogger("fedrl")
@@ -74,38 +74,6 @@ def uplink_scale(cfg: Config, up: Stage, rnd: int) -> float:
     return 495 with it, 262 without.) 1 otherwise.
     """
     return round_lr(cfg.algo, rnd, cfg.num_server_rounds) if up.error_feedback else 1.0
-
-
-def variants_of(cfg: Config) -> list[dict[str, float]]:
-    specs = parse_vary(cfg.env.vary)
-    return [sample_variant(specs, i, cfg.nodes.count, cfg.seed) for i in range(cfg.nodes.count)]
-
-
-def policy_spec(cfg: Config, variant: dict[str, float]) -> PolicySpec:
-    env = make_env(cfg.env.id, variant, dict(parse_kwargs(cfg.env.kwargs)))
-    try:
-        return spec_for(env.observation_space, env.action_space, cfg.algo.hidden_sizes)
-    finally:
-        env.close()
-
-
-def initial_weights(spec: PolicySpec, seed: int) -> list[np.ndarray]:
-    import torch
-
-    torch.manual_seed(derive(seed, INIT))
-    return get_weights(ActorCritic(spec))
-
-
-def target_return(cfg: Config) -> float | None:
-    t = cfg.eval.target_return.strip().lower()
-    if t == "none":
-        return None
-    if t == "auto":
-        import gymnasium as gym
-
-        thr = gym.spec(cfg.env.id).reward_threshold
-        return None if thr is None else float(thr)
-    return float(t)
 
 
 class Federation:
@@ -139,17 +107,22 @@ class Federation:
         self.n_params = int(sum(w.size for w in w0))
         self.ef21 = ServerEF21(self.up, self.n_params) if self.up.ef21 else None
         self.privacy = plan_for(cfg, self.spec.action_kind == "continuous", self.n_params)
-        self.ledger = self.privacy.new_ledger() if self.privacy else None
-        self._noise_rng = private_rng()
-        self.clip = self.privacy.clip if self.privacy else 0.0  # this round's clip norm (adaptive: moves)
+        self.dp = ServerPrivacy(self.privacy, self.n_params) if self.privacy is not None else None
         s = cfg.strategy
         self.robust = s.name in ROBUST_RULES
         self.byzantine = s.byzantine if s.byzantine >= 0 else len(attackers(cfg))  # f the robust rule tolerates
         opt_name = "fedavg" if s.name in ("fedavg", "fedprox", "local", *ROBUST_RULES) else s.name
         self.server_opt = ServerOptimizer(ServerOptSettings(opt_name, s.server_lr, s.momentum, s.beta1, s.beta2,
                                                             s.tau), self.n_params)
-        self.audit = (CanaryAudit(self.privacy.audit, self.n_params, secrets.randbits(64))
-                      if self.privacy is not None and self.privacy.audit else None)
+
+    @property
+    def ledger(self) -> Ledger | SkellamLedger | None:
+        return self.dp.ledger if self.dp is not None else None
+
+    @property
+    def clip(self) -> float:
+        """This round's DP clip norm (adaptive clipping moves it; 0 without DP)."""
+        return self.dp.clip if self.dp is not None else 0.0
 
     # --- planning -------------------------------------------------------------------
     def select(self, rnd: int) -> list[int]:
@@ -279,56 +252,23 @@ class Federation:
 
     def _private_mean(self, deltas: list[np.ndarray], rnd: int | None,
                       below: list[float | None] | None = None) -> np.ndarray:
-        """DP-FedAvg's server step (McMahan et al. 2018), and one step of the privacy ledger.
-
-        Nodes are weighted equally (so one node moves the sum by at most ``C``): central mode clips
-        every update to ``C`` again (a node's own clipping is not trusted), adds N(0, (zC)^2) to
-        the sum and divides by the number of nodes *selected*, which does not depend on anyone's
-        data. Local mode: updates arrive noised; their plain mean is post-processing.
-
-        Adaptive clipping (Andrew et al. 2021): the update noise uses ``z_update`` (see
-        ``PrivacyPlan``), and the count of nodes whose update was within the clip norm, plus
-        N(0, count_std^2), moves the norm geometrically toward the target quantile. A reply without
-        a valid bit counts as clipped (0).
-        """
-        assert self.privacy is not None and self.ledger is not None
-        p = self.privacy
-        selected = len(self.select(self.round + 1 if rnd is None else rnd))
-        if p.mode == "local":
-            total = np.sum(deltas, axis=0, dtype=np.float64)
-            out = np.asarray(total / len(deltas), np.float32)
-        else:
-            total = np.asarray(np.sum([clip_l2(d, self.clip)[0] for d in deltas], axis=0, dtype=np.float64))
-            if self.audit is not None:  # canary nodes: each an update of norm C, inside the mechanism
-                total += self.audit.inject(self.round + 1 if rnd is None else rnd, self.clip)
-            if not p.no_noise:
-                total += gaussian(self.n_params, p.z_update * self.clip, self._noise_rng)
-            if self.audit is not None:
-                self.audit.observe(total, self.clip)
-            out = np.asarray(total / max(selected, 1), np.float32)
-            if p.adaptive:
-                count = sum(b == 1.0 for b in below or []) + float(gaussian(1, p.count_std, self._noise_rng)[0])
-                self.clip *= math.exp(-p.clip_lr * (count / max(selected, 1) - p.quantile))
-        self.ledger.step(p.z, p.q)
-        return out
+        """The DP mean of the round's flat updates (``ServerPrivacy.mean``)."""
+        assert self.dp is not None
+        r = self.round + 1 if rnd is None else rnd
+        return self.dp.mean(deltas, len(self.select(r)), r, below)
 
     # --- privacy accounting ---------------------------------------------------------
     def epsilon(self) -> float | None:
         """ε spent so far at ``privacy.delta`` (None without DP)."""
-        return None if self.ledger is None else self.ledger.epsilon()
+        return None if self.dp is None else self.dp.epsilon()
 
     def audit_result(self) -> AuditResult | None:
         """The one-run audit's verdict so far (None without ``privacy.audit-canaries``)."""
-        if self.audit is None or self.privacy is None or self.audit.rounds == 0:
-            return None
-        return self.audit.result(self.privacy.delta, self.epsilon() or 0.0)
+        return None if self.dp is None else self.dp.audit_result()
 
     def budget_allows_next_round(self) -> bool:
         """False when one more released round would take ε above ``privacy.target-epsilon``."""
-        p = self.privacy
-        if p is None or p.budget is None or self.ledger is None:
-            return True
-        return self.ledger.epsilon(p.next_round_cost()) <= p.budget
+        return self.dp is None or self.dp.budget_allows_next_round()
 
     def ring_bits(self, nodes: int) -> int:
         """The secure-aggregation ring width for a round of ``nodes`` nodes."""
@@ -342,10 +282,8 @@ class Federation:
 
         As in central mode, the sum of clipped updates is divided by the number of nodes selected.
         """
-        assert self.privacy is not None and self.privacy.dist is not None and self.ledger is not None
-        d = self.privacy.dist
-        self.ledger.step(d.mu_with(survivors), self.privacy.q)
-        return np.asarray(d.decode_sum(total[:-1]) / len(self.select(rnd)), np.float32)
+        assert self.dp is not None
+        return self.dp.distributed_mean(total, survivors, len(self.select(rnd)))
 
     def aggregate_mean(self, mean: np.ndarray, ratio_sum: float) -> None:
         """Apply a weighted mean update that arrived as a sum (secure aggregation).
@@ -422,16 +360,16 @@ class Federation:
                 arrays.update({f"bcast{s}/{i}": a for i, a in enumerate(self.casts[s].base)})
         if self.ef21 is not None:
             arrays.update(self.ef21.to_arrays())
-        if self.audit is not None:
-            arrays.update(self.audit.to_arrays())
+        dp_meta: dict[str, object] = {}
+        if self.dp is not None:
+            dp_meta, dp_arrays = self.dp.to_checkpoint()
+            arrays.update(dp_arrays)
         arrays.update(self.server_opt.to_arrays())
         meta = {"round": self.round, "env_steps": self.env_steps, "bytes_up": self.bytes_up,
                 "bytes_down": self.bytes_down, "wall_time_s": self.wall_time_s + (time.time() - started),
                 "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
                 "bcast_round": [c.round for c in self.casts],
-                "privacy_history": self.ledger.to_list() if self.ledger is not None else [],
-                "bytes_cloud": self.bytes_cloud,
-                "clip_norm": self.clip}
+                "bytes_cloud": self.bytes_cloud, **dp_meta}
         return Checkpoint(meta, arrays)
 
     def load_checkpoint(self, ck: Checkpoint) -> None:
@@ -452,12 +390,9 @@ class Federation:
         self.holds = {int(k): int(v) for k, v in ck.meta.get("holds", {}).items()}
         if self.ef21 is not None:
             self.ef21.load_arrays(ck.arrays)
-        if self.ledger is not None:  # the composition continues; never a fresh accountant
-            self.ledger.load_list(ck.meta.get("privacy_history", []))
-            self.clip = float(ck.meta.get("clip_norm", self.clip))
+        if self.dp is not None:
+            self.dp.load_checkpoint(ck.meta, ck.arrays)
         self.server_opt.load_arrays(ck.arrays)
-        if self.audit is not None and "audit/meta" in ck.arrays:  # same canaries, scores so far
-            self.audit = CanaryAudit.from_arrays(ck.arrays, self.n_params)
         self.round = int(ck.meta["round"])
         self.env_steps = int(ck.meta["env_steps"])
         self.bytes_up = int(ck.meta["bytes_up"])

@@ -186,7 +186,7 @@ def check(run_config: Mapping[str, Any]) -> Config:
         raise err
     p = cfg.privacy
     if p.mode != "off" or p.target_epsilon or p.noise_multiplier or p.audit_canaries or p.unsafe_no_noise or p.dpsgd:
-        from fedrl.federation import policy_spec, variants_of
+        from fedrl.experiment import policy_spec, variants_of
         from fedrl.rl.networks import ActorCritic
 
         model = ActorCritic(policy_spec(cfg, variants_of(cfg)[0]))

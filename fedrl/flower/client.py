@@ -34,7 +34,8 @@ from fedrl.config import Config, from_run_config
 from fedrl.dropout import maybe_fail
 from fedrl.envs.make import make_vector_env
 from fedrl.envs.spec import parse_kwargs
-from fedrl.federation import Reply, policy_spec, uplink_scale, variants_of
+from fedrl.experiment import policy_spec, variants_of
+from fedrl.federation import Reply, uplink_scale
 from fedrl.flower import codec, secure_client, secure_codec
 from fedrl.privacy.node import PRIVATE_METRICS, privatize
 from fedrl.privacy.plan import PrivacyPlan, plan_for, sample_plan

@@ -1,0 +1,44 @@
+"""What a run config makes before any training: the nodes' variants, the policy's shape, its first
+weights and the return that counts as solved. Shared by the server, the nodes and the checks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedrl.config import Config
+from fedrl.envs.make import make_env
+from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
+from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, spec_for
+from fedrl.seeding import INIT, derive
+
+
+def variants_of(cfg: Config) -> list[dict[str, float]]:
+    specs = parse_vary(cfg.env.vary)
+    return [sample_variant(specs, i, cfg.nodes.count, cfg.seed) for i in range(cfg.nodes.count)]
+
+
+def policy_spec(cfg: Config, variant: dict[str, float]) -> PolicySpec:
+    env = make_env(cfg.env.id, variant, dict(parse_kwargs(cfg.env.kwargs)))
+    try:
+        return spec_for(env.observation_space, env.action_space, cfg.algo.hidden_sizes)
+    finally:
+        env.close()
+
+
+def initial_weights(spec: PolicySpec, seed: int) -> list[np.ndarray]:
+    import torch
+
+    torch.manual_seed(derive(seed, INIT))
+    return get_weights(ActorCritic(spec))
+
+
+def target_return(cfg: Config) -> float | None:
+    t = cfg.eval.target_return.strip().lower()
+    if t == "none":
+        return None
+    if t == "auto":
+        import gymnasium as gym
+
+        thr = gym.spec(cfg.env.id).reward_threshold
+        return None if thr is None else float(thr)
+    return float(t)
