@@ -118,7 +118,8 @@ class StrategyConfig:
         "fedavg, fedprox (client proximal term), server optimizers fedavgm, fedadagrad, fedadam, fedyogi (Reddi et "
         "al. 2021), robust rules median, trimmed-mean, krum, multi-krum, or local (no aggregation)")
     server_lr: float = opt("strategy.server-lr", 2.0,
-                           "server step on the mean delta (1: plain FedAvg; adaptive optimizers want about 0.01)",
+                           "server step on the mean delta (1: plain FedAvg; adaptive optimizers want about 0.01; gossip: each "
+                           "node's step on its own update before mixing)",
                            _positive)
     proximal_mu: float = opt("strategy.proximal-mu", 0.01, "FedProx mu (used by fedprox)", _non_negative)
     momentum: float = opt("strategy.momentum", 0.9, "fedavgm: server momentum", _unit_closed)
@@ -134,14 +135,20 @@ class StrategyConfig:
 
 @dataclass(frozen=True)
 class TopologyConfig:
-    name: Literal["star", "hierarchical"] = opt(
-        "topology.name", "star", "star (one server model) or hierarchical (nodes, edges, cloud; HierFAVG)")
+    name: Literal["star", "hierarchical", "gossip"] = opt(
+        "topology.name", "star",
+        "star (one server model), hierarchical (nodes, edges, cloud; HierFAVG) or gossip (no global model: each "
+        "node mixes with its neighbours over topology.graph)")
     edges: int = opt("topology.edges", 2, "hierarchical: number of edge aggregators", _positive)
     cloud_every: int = opt("topology.cloud-every", 2, "hierarchical: the cloud averages the edges every N rounds",
                            _positive)
     assign: str = opt("topology.assign", "contiguous",
                       "hierarchical: node -> edge: contiguous, cluster (k-means on variant parameters) or one edge "
                       "index per node, e.g. '0,0,1,1'")
+    graph: str = opt("topology.graph", "ring",
+                     "gossip: ring, torus, regular (random d-regular), exponential, complete or one-peer "
+                     "(time-varying one-peer exponential)")
+    degree: int = opt("topology.degree", 4, "gossip with topology.graph = regular: the degree d", _positive)
 
 
 @dataclass(frozen=True)

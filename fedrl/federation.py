@@ -45,6 +45,7 @@ from fedrl.rl.networks import ActorCritic, check_weights, weight_names
 from fedrl.rl.normalize import Moments
 from fedrl.rl.train import LocalPlan, round_lr, uses_norm
 from fedrl.seeding import SELECT, numpy_rng
+from fedrl.topology.gossip import Mix, Relay, consensus_distance
 from fedrl.topology.hierarchy import assign_edges, cloud_average
 
 log = logging.getLogger("fedrl")
@@ -84,9 +85,11 @@ class Federation:
         self.names = weight_names(ActorCritic(self.spec))
         self.kwargs: dict[str, object] = dict(parse_kwargs(cfg.env.kwargs))
         w0 = initial_weights(self.spec, cfg.seed)
-        self.per_node = cfg.strategy.name == "local"
-        self.hier = cfg.topology.name == "hierarchical"
         t = cfg.topology
+        # gossip: one model per node (what it last trained), mixed with its neighbours' (fedrl.topology.gossip)
+        self.gossip = Relay(t.graph, cfg.nodes.count, t.degree, cfg.seed) if t.name == "gossip" else None
+        self.per_node = cfg.strategy.name == "local" or self.gossip is not None
+        self.hier = t.name == "hierarchical"
         self.edge_of = assign_edges(t.assign, self.variants, t.edges, cfg.seed) if self.hier else []
         self.bytes_cloud = 0  # hierarchical: edge <-> cloud traffic (float32 models)
         n_models = cfg.nodes.count if self.per_node else (t.edges if self.hier else 1)
@@ -142,7 +145,10 @@ class Federation:
         return node if self.per_node else (self.edge_of[node] if self.hier else 0)
 
     def server_model(self) -> list[np.ndarray]:
-        """The model the run stands for: the global model, or the cloud average of the edges."""
+        """The model the run stands for: the global model, the cloud average of the edges, or (gossip)
+        the plain average of the nodes' mixed models."""
+        if self.gossip is not None:
+            return cloud_average(self.node_models(), [1.0] * len(self.models))
         if not self.hier:
             return self.models[0]
         return cloud_average(self.models, [self.edge_of.count(e) for e in range(len(self.models))])
@@ -152,12 +158,21 @@ class Federation:
         for s, cast in enumerate(self.casts):
             cast.advance(self.models[s], rnd)
 
-    def plan(self, node: int, rnd: int) -> tuple[LocalPlan, Downlink]:
+    def node_models(self) -> list[list[np.ndarray]]:
+        """Each node's current model: what it trains from next (gossip: its mix), else the slot models."""
+        return self.gossip.mixed(self.round, self.models) if self.gossip is not None else self.models
+
+    def consensus_distance(self) -> float:
+        return consensus_distance(self.node_models())
+
+    def plan(self, node: int, rnd: int) -> tuple[LocalPlan, Downlink | Mix]:
         s = self.cfg.strategy
         mu = s.proximal_mu if s.name == "fedprox" else 0.0
         ef_base = self.ef21.base(node) if self.ef21 is not None else -1
         p = LocalPlan(node, rnd, self.cfg.num_server_rounds, self.cfg.seed, mu, self.moments[self.slot(node)], ef_base,
                       self.clip)
+        if self.gossip is not None:
+            return p, self.gossip.plan(node, rnd, self.models, self.holds.get(node))
         return p, self.casts[self.slot(node)].downlink(self.holds.get(node))
 
     def sent(self, node: int) -> list[np.ndarray]:
@@ -215,6 +230,8 @@ class Federation:
                 self.models[r.node] = ([w.astype(np.float32) for w in r.weights] if r.update is None
                                        else apply_delta(self.sent(r.node), d, 1.0))
                 self._merge_moments(r.node, [r])
+                if self.gossip is not None:
+                    self.gossip.trained[r.node] = self.round + 1 if rnd is None else rnd
         elif replies:
             g = self.models[0]
             mean: list[np.ndarray] | None
@@ -316,24 +333,26 @@ class Federation:
 
     # --- evaluation -----------------------------------------------------------------
     def evaluate_own(self) -> list[float]:
-        """Return per variant: the global model (star) or node i's model on variant i (local)."""
+        """Return per variant: the global model (star) or node i's model on variant i (local, gossip)."""
         c = self.cfg
         if not self.per_node:
             return evaluate(self.spec, self.server_model(), self.moments[0], c.env.id, self.variants,
                             self.kwargs, c.eval.episodes, c.seed)
+        models = self.node_models()
         return [
-            evaluate(self.spec, self.models[i], self.moments[i], c.env.id, [v], self.kwargs, c.eval.episodes, c.seed,
+            evaluate(self.spec, models[i], self.moments[i], c.env.id, [v], self.kwargs, c.eval.episodes, c.seed,
                      nodes=[i])[0]
             for i, v in enumerate(self.variants)
         ]
 
     def evaluate_cross(self) -> list[list[float]]:
-        """``local`` only: row i = node i's model on every variant."""
+        """``local`` and gossip only: row i = node i's model on every variant."""
         c = self.cfg
+        models = self.node_models()
         return [
-            evaluate(self.spec, self.models[i], self.moments[i], c.env.id, self.variants, self.kwargs,
+            evaluate(self.spec, models[i], self.moments[i], c.env.id, self.variants, self.kwargs,
                      c.eval.episodes, c.seed)
-            for i in range(len(self.models))
+            for i in range(len(models))
         ]
 
     def solved(self, returns: list[float]) -> bool:
@@ -370,6 +389,8 @@ class Federation:
                 "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
                 "bcast_round": [c.round for c in self.casts],
                 "bytes_cloud": self.bytes_cloud, **dp_meta}
+        if self.gossip is not None:
+            meta["gossip_trained"] = list(self.gossip.trained)
         return Checkpoint(meta, arrays)
 
     def load_checkpoint(self, ck: Checkpoint) -> None:
@@ -398,4 +419,6 @@ class Federation:
         self.bytes_up = int(ck.meta["bytes_up"])
         self.bytes_down = int(ck.meta["bytes_down"])
         self.bytes_cloud = int(ck.meta.get("bytes_cloud", 0))
+        if self.gossip is not None:
+            self.gossip.trained = [int(x) for x in ck.meta["gossip_trained"]]
         self.wall_time_s = float(ck.meta["wall_time_s"])

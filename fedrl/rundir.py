@@ -78,6 +78,8 @@ def end_round(fed: Federation, folder: RunFolder, started: float, round_started:
     }
     if fed.hier:
         row["bytes_cloud"] = fed.bytes_cloud  # the edge <-> cloud tier; bytes_up/down are node <-> edge
+    if fed.gossip is not None:
+        row["consensus_distance"] = fed.consensus_distance()
     if evals:
         row |= {"eval_returns": evals, "eval_mean_return": sum(evals) / len(evals), "eval_min_return": min(evals)}
     folder.append_metrics(row)
@@ -128,10 +130,13 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         cross = fed.evaluate_cross()
         summary["eval_cross"] = cross  # row i: node i's own model on every variant
         summary["eval_cross_mean_return"] = float(np.mean(cross))
+        summary["eval_cross_worst_node"] = float(np.min(np.mean(cross, axis=1)))  # the worst node, over all variants
+    if fed.gossip is not None:
+        summary["consensus_distance"] = fed.consensus_distance()
     folder.write_summary(summary)
     extra = {"obs_moments": fed.moments[0].to_array()} if fed.moments[0] is not None else {}
     if fed.per_node:
-        for i, w in enumerate(fed.models):
+        for i, w in enumerate(fed.node_models()):
             extra |= {f"node{i}/{n}": a for n, a in zip(fed.names, w, strict=True)}
     folder.save_model(fed.names, fed.server_model(), extra)
     labels = [", ".join(f"{k}={v:.3g}" for k, v in p.items()) or f"node {i}" for i, p in enumerate(fed.variants)]

@@ -20,6 +20,7 @@ from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
 from fedrl.errors import ConfigError
 from fedrl.privacy.plan import plan_for, sample_plan
+from fedrl.topology.graphs import graph
 from fedrl.topology.hierarchy import assign_edges
 
 
@@ -76,6 +77,8 @@ _NEEDS_CLEAR_UPDATES = {
 def topology_error(cfg: Config) -> ConfigError | None:
     """Settings hierarchical aggregation does not combine with (yet), or a bad edge assignment."""
     t = cfg.topology
+    if t.name == "gossip":
+        return _gossip_error(cfg)
     if t.name != "hierarchical":
         return None
     variants = [sample_variant(parse_vary(cfg.env.vary), i, cfg.nodes.count, cfg.seed) for i in range(cfg.nodes.count)]
@@ -89,6 +92,29 @@ def topology_error(cfg: Config) -> ConfigError | None:
         if on:
             return ConfigError(key, f"topology.name = hierarchical does not combine with {key} yet: it aggregates "
                                     "per edge in the clear, with per-edge observation statistics left out")
+    return None
+
+
+def _gossip_error(cfg: Config) -> ConfigError | None:
+    t = cfg.topology
+    for rnd in (1, 2, 3):  # one-peer changes with the round; the others are checked once
+        graph(t.graph, cfg.nodes.count, rnd, t.degree, cfg.seed)  # raises on an unknown or disconnected graph
+    if cfg.strategy.name not in ("fedavg", "fedprox"):
+        return ConfigError("strategy.name", f"topology.name = gossip with strategy.name = {cfg.strategy.name}: "
+                                            "there is no server model to step or robustly aggregate; nodes mix with "
+                                            "Metropolis-Hastings weights (use fedavg, or fedprox for its local term)")
+    if cfg.nodes_per_round < cfg.nodes.count:
+        return ConfigError("fraction-train", f"topology.name = gossip trains and mixes every node every round; "
+                                             f"fraction-train = {cfg.fraction_train:g} selects only "
+                                             f"{cfg.nodes_per_round} of {cfg.nodes.count}")
+    c = cfg.compression
+    for key, on in (("secagg.enabled", cfg.secagg.enabled), ("privacy.mode", cfg.privacy.mode != "off"),
+                    ("compression.up", c.up != "none"), ("compression.down", c.down != "none"),
+                    ("algo.norm-obs", norm_on(cfg.algo.norm_obs, cfg.algo.norm_obs == "auto" and _continuous(cfg)))):
+        if on:
+            return ConfigError(key, f"topology.name = gossip does not combine with {key} yet: nodes exchange "
+                                    "full float32 models in the clear, and per-node observation statistics are "
+                                    "not mixed")
     return None
 
 

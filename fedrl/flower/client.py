@@ -42,6 +42,8 @@ from fedrl.privacy.plan import PrivacyPlan, plan_for, sample_plan
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights
 from fedrl.rl.train import NodeState, train_locally
 from fedrl.seeding import ATTACK, numpy_rng
+from fedrl.topology import gossip
+from fedrl.topology.gossip import Mix
 
 if TYPE_CHECKING:
     from fedrl.privacy.dpsgd import SampleDP
@@ -91,7 +93,11 @@ def handle_train(msg: Message, context: Context) -> Message:
     if setup_sa is not None and not secure_client.has_keys(context, plan.node):
         raise codec.WireError(f"node {plan.node} holds no secure-aggregation keys for this round")
     state = codec.load_node_state(context.state, plan.node)
-    weights, kept = receive(dl, su.down, state.arrays, plan.round, su.template)
+    kept: dict[str, np.ndarray] = {}
+    if isinstance(dl, Mix):  # gossip: own model (from state) mixed with the neighbours' the server relayed
+        weights = gossip.receive(dl, state.arrays, su.template)
+    else:
+        weights, kept = receive(dl, su.down, state.arrays, plan.round, su.template)
     if su.up.error_feedback and setup_sa is None:
         weights = training_start(weights, state.arrays.get(RESIDUAL_KEY), uplink_scale(cfg, su.up, plan.round))
     envs = make_vector_env(cfg.env.id, [su.variants[plan.node]] * cfg.algo.num_envs, dict(su.env_kwargs))
@@ -118,6 +124,9 @@ def handle_train(msg: Message, context: Context) -> Message:
         content = secure_client.start(cfg, context, plan.node, plan.round, plan_cr, setup_sa, delta, res.env_steps,
                                       metrics, su.privacy)
         return Message(content, reply_to=msg)
+    if isinstance(dl, Mix):  # gossip: step on the own update (strategy.server-lr); keep what is sent
+        trained, own = gossip.after_training(weights, trained, cfg.strategy.server_lr, plan.round)
+        kept.update(own)
     update, ef_base = None, -1
     if su.up.active:
         rng = rng_for(su.up.name, plan.seed, plan.round, plan.node)

@@ -20,6 +20,7 @@ from fedrl.compression.framing import Frame, frame, unframe
 from fedrl.federation import Reply
 from fedrl.rl.normalize import Moments
 from fedrl.rl.train import LocalPlan, NodeState
+from fedrl.topology.gossip import Mix
 
 TRAIN = "train"
 QUERY = "query"
@@ -126,12 +127,15 @@ def _get_payload(cr: ConfigRecord, prefix: str, blob: np.ndarray) -> Compressed:
 
 
 # --- plan: server -> client ------------------------------------------------------------
-def encode_plan(plan: LocalPlan, dl: Downlink) -> RecordDict:
+def encode_plan(plan: LocalPlan, dl: Downlink | Mix) -> RecordDict:
     cr = ConfigRecord({"node": plan.node, "round": plan.round, "total-rounds": plan.total_rounds,
-                       "seed": plan.seed, "prox-mu": float(plan.prox_mu), "base-round": dl.base_round,
+                       "seed": plan.seed, "prox-mu": float(plan.prox_mu),
+                       "base-round": dl.base_round if isinstance(dl, Downlink) else -1,
                        "ef-base": plan.ef_base, "clip": float(plan.clip_norm)})
     rec = RecordDict({_PLAN: cr})
-    if dl.delta is not None:
+    if isinstance(dl, Mix):
+        _put_mix(rec, cr, dl)
+    elif dl.delta is not None:
         rec[_WEIGHTS] = ArrayRecord({"blob": _put_payload(cr, _DELTA, dl.delta)})
     else:
         rec[_WEIGHTS] = ArrayRecord(list(dl.weights or []))
@@ -139,7 +143,7 @@ def encode_plan(plan: LocalPlan, dl: Downlink) -> RecordDict:
     return rec
 
 
-def decode_plan(rec: RecordDict) -> tuple[LocalPlan, Downlink]:
+def decode_plan(rec: RecordDict) -> tuple[LocalPlan, Downlink | Mix]:
     cr = _config(rec, _PLAN)
     mu = cr.get("prox-mu")
     if not isinstance(mu, float):
@@ -150,9 +154,36 @@ def decode_plan(rec: RecordDict) -> tuple[LocalPlan, Downlink]:
         raise WireError("field 'clip' must be a finite float >= 0")
     plan = LocalPlan(_int(cr, "node"), _int(cr, "round"), _int(cr, "total-rounds"), _int(cr, "seed"), mu, moments,
                      _int(cr, "ef-base"), clip)
+    if _MIX_SELF in cr:
+        return plan, _get_mix(rec, cr)
     if f"{_DELTA}.name" in cr:
         return plan, Downlink(None, _get_payload(cr, _DELTA, _blob(rec)), _int(cr, "base-round"))
     return plan, Downlink(_arrays(rec, _WEIGHTS))
+
+
+# --- gossip: the neighbours' models a node mixes with (fedrl.topology.gossip) ----------------
+_MIX_SELF, _MIX_OWN_ROUND, _MIX_PEERS, _MIX_W, _OWN = "mix.self", "mix.own-round", "mix.peers", "mix.w", "own"
+
+
+def _put_mix(rec: RecordDict, cr: ConfigRecord, m: Mix) -> None:
+    cr[_MIX_SELF], cr[_MIX_OWN_ROUND] = float(m.self_weight), m.own_round
+    cr[_MIX_PEERS], cr[_MIX_W] = [j for j, _, _ in m.peers], [float(w) for _, w, _ in m.peers]
+    if m.own is not None:
+        rec[_OWN] = ArrayRecord(list(m.own))
+    for j, _, model in m.peers:
+        rec[f"peer{j}"] = ArrayRecord(list(model))
+
+
+def _get_mix(rec: RecordDict, cr: ConfigRecord) -> Mix:
+    w_self, peers, ws = cr.get(_MIX_SELF), cr.get(_MIX_PEERS, []), cr.get(_MIX_W, [])
+    if not isinstance(w_self, float) or not isinstance(peers, list) or not isinstance(ws, list):
+        raise WireError("malformed gossip mix")
+    if len(peers) != len(ws) or not all(isinstance(j, int) and not isinstance(j, bool) for j in peers) or not all(
+            isinstance(w, float) for w in ws):
+        raise WireError("gossip mix: one int node and one float weight per neighbour")
+    own = _arrays(rec, _OWN) if _OWN in rec.array_records else None
+    return Mix(w_self, _int(cr, _MIX_OWN_ROUND), own,
+               [(cast(int, j), cast(float, w), _arrays(rec, f"peer{j}")) for j, w in zip(peers, ws, strict=True)])
 
 
 # --- reply: client -> server -----------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -24,3 +25,19 @@ def test_hierarchical_solves_heterogeneous_cartpole_and_counts_the_cloud_tier(fl
     # every second round each of the 2 edges sends its model up and gets the cloud's back (float32)
     assert all(r["bytes_cloud"] == (r["round"] // 2) * 2 * 2 * 4 * 9155 for r in rows), rows
     assert summary["bytes_cloud_total"] == rows[-1]["bytes_cloud"]
+
+
+@pytest.mark.parametrize("graph", ["ring", "exponential"])
+def test_gossip_solves_heterogeneous_cartpole_on_every_node(flower: LocalFlower, tmp_path: Path, graph: str) -> None:
+    """No global model: the worst node's mixed model, on its own variant, reaches 475."""
+    out = tmp_path / "runs"
+    res = flower.run(REPO, f"topology.name='gossip' topology.graph='{graph}' eval.episodes=3 eval.stop-at-target=true "
+                           f"output-dir='{out}' run-name='g'", timeout=900)
+    assert (out / "g" / "summary.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads((out / "g" / "summary.json").read_text())
+    assert summary["solved"] and summary["eval_min_return"] >= 475, summary["eval"]
+    rows = [json.loads(x) for x in (out / "g" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["consensus_distance"] >= 0 for r in rows) and len(summary["eval_cross"]) == 8
+    # each round every node gets its neighbours' float32 models: at least degree x 9,155 x 4 bytes
+    degree = {"ring": 2, "exponential": 5}[graph]
+    assert all(r2["bytes_down"] - r1["bytes_down"] > 8 * degree * 9155 * 4 for r1, r2 in itertools.pairwise(rows))
