@@ -113,10 +113,11 @@ class AlgoConfig:
 @dataclass(frozen=True)
 class StrategyConfig:
     name: Literal["fedavg", "fedprox", "fedavgm", "fedadagrad", "fedadam", "fedyogi", "median", "trimmed-mean",
-                  "krum", "multi-krum", "local"] = opt(
+                  "krum", "multi-krum", "fedbuff", "fedasync", "local"] = opt(
         "strategy.name", "fedavg",
         "fedavg, fedprox (client proximal term), server optimizers fedavgm, fedadagrad, fedadam, fedyogi (Reddi et "
-        "al. 2021), robust rules median, trimmed-mean, krum, multi-krum, or local (no aggregation)")
+        "al. 2021), robust rules median, trimmed-mean, krum, multi-krum, asynchronous fedbuff, fedasync, or local "
+        "(no aggregation)")
     server_lr: float = opt("strategy.server-lr", 2.0,
                            "server step on the mean delta (1: plain FedAvg; adaptive optimizers want about 0.01; gossip: each "
                            "node's step on its own update before mixing)",
@@ -131,6 +132,15 @@ class StrategyConfig:
     byzantine: int = opt("strategy.byzantine", -1,
                          "krum, multi-krum: Byzantine nodes f to tolerate (-1: the attackers set in attack.*)")
     krum_m: int = opt("strategy.krum-m", 0, "multi-krum: updates averaged (0: nodes - f)", _non_negative)
+    buffer: int = opt("strategy.buffer", 4, "fedbuff: updates buffered per server step (K)", _positive)
+    mixing: float = opt("strategy.mixing", 0.6, "fedasync: alpha in x += alpha s(staleness) (x_node - x)",
+                        _unit_open_closed)
+    staleness_exponent: float = opt("strategy.staleness-exponent", 0.5,
+                                    "fedbuff, fedasync: an update tau versions old weighs (1 + tau)^-a (0: ignore "
+                                    "staleness)", _non_negative)
+    concurrency: int = opt("strategy.concurrency", 0,
+                           "fedbuff, fedasync: nodes training at once (0: every node; at most one per SuperNode)",
+                           _non_negative)
 
 
 @dataclass(frozen=True)
@@ -283,6 +293,10 @@ class NodesConfig:
     dropout_prob: float = opt("nodes.dropout-prob", 0.0,
                               "experiments: probability that a node fails to answer, seeded by (seed, round, node)",
                               _unit_closed)
+    speed: str = opt("nodes.speed", "1",
+                     "experiments: per-node slowdown factor >= 1 (a number, uniform(a, b), loguniform(a, b), "
+                     "linspace(a, b) or choice(...), drawn by seed and node); a node sleeps (slowdown - 1) x its "
+                     "training time before replying")
     dropout_stage: Literal["train", "advertise", "share", "mask", "unmask", "any"] = opt(
         "nodes.dropout-stage", "any",
         "where injected dropouts happen: train, or a secure-aggregation stage (advertise: the keys request, or "

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fedrl.aggregation.asynchronous import ASYNC_RULES, AsyncState, Buffered, async_mix, buffered_mean, staleness_weight
 from fedrl.aggregation.fedavg import apply_delta, delta_of, weighted_mean
 from fedrl.aggregation.robust import ROBUST_RULES, robust_aggregate
 from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings
@@ -114,7 +115,8 @@ class Federation:
         s = cfg.strategy
         self.robust = s.name in ROBUST_RULES
         self.byzantine = s.byzantine if s.byzantine >= 0 else len(attackers(cfg))  # f the robust rule tolerates
-        opt_name = "fedavg" if s.name in ("fedavg", "fedprox", "local", *ROBUST_RULES) else s.name
+        opt_name = "fedavg" if s.name in ("fedavg", "fedprox", "local", *ROBUST_RULES, *ASYNC_RULES) else s.name
+        self.asyn = AsyncState() if s.name in ASYNC_RULES else None
         self.server_opt = ServerOptimizer(ServerOptSettings(opt_name, s.server_lr, s.momentum, s.beta1, s.beta2,
                                                             s.tau), self.n_params)
 
@@ -314,6 +316,30 @@ class Federation:
         """Move the global model with the round's mean update (``strategy.name``'s server optimizer)."""
         g = self.models[0]
         self.models[0] = unflatten(self.server_opt.step(flatten(g), flatten(mean)), g)
+
+    # --- asynchronous rules (fedbuff, fedasync; fedrl.aggregation.asynchronous) ------------
+    def receive_async(self, reply: Reply, version: int, base: list[np.ndarray]) -> list[tuple[int, int]]:
+        """Take one valid reply that trained from model ``version`` (= ``base``). Returns the
+        (node, staleness) of the updates applied if the server stepped (the round ended), else []."""
+        s = self.cfg.strategy
+        assert self.asyn is not None
+        self.env_steps += reply.env_steps
+        self._merge_moments(0, [reply])
+        if s.name == "fedasync":
+            tau = self.round - version
+            self.models[0] = async_mix(self.models[0], reply.weights,
+                                       s.mixing * staleness_weight(tau, s.staleness_exponent))
+            return [(reply.node, tau)]
+        self.asyn.buffer.append(Buffered(reply.node, delta_of(reply.weights, base), reply.env_steps, version))
+        return self.flush_buffer() if len(self.asyn.buffer) >= s.buffer else []
+
+    def flush_buffer(self) -> list[tuple[int, int]]:
+        """FedBuff: step with what is buffered (normally K updates); (node, staleness) of each."""
+        assert self.asyn is not None
+        entries, self.asyn.buffer = self.asyn.buffer, []
+        if entries:
+            self._server_step(buffered_mean(entries, self.round, self.cfg.strategy.staleness_exponent))
+        return [(e.node, self.round - e.version) for e in entries]
 
     def note_delivery(self, rnd: int, good: list[int], bad: list[int]) -> None:
         """Record which nodes now hold round ``rnd``'s broadcast (a usable reply proves it)."""

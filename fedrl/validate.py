@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fedrl import speed
+from fedrl.aggregation.asynchronous import ASYNC_RULES
 from fedrl.aggregation.robust import ROBUST_RULES
 from fedrl.attacks import attackers
 from fedrl.compression.ring_codes import required_ring_bits
@@ -37,6 +39,7 @@ def validate(cfg: Config) -> None:
     if cfg.resume == "true" and not cfg.run_name:
         raise ConfigError("resume", "resume=true needs run-name (or give the run folder path as resume)")
     check_env_id(cfg.env.id)
+    speed.check(cfg)
     specs = parse_vary(cfg.env.vary)
     check_params(cfg.env.id, specs.keys())
     kwargs = parse_kwargs(cfg.env.kwargs)
@@ -115,6 +118,32 @@ def _gossip_error(cfg: Config) -> ConfigError | None:
             return ConfigError(key, f"topology.name = gossip does not combine with {key} yet: nodes exchange "
                                     "full float32 models in the clear, and per-node observation statistics are "
                                     "not mixed")
+    return None
+
+
+def async_error(cfg: Config) -> ConfigError | None:
+    """Settings the asynchronous rules (fedbuff, fedasync) cannot honour."""
+    s, n = cfg.strategy, cfg.nodes.count
+    if s.name not in ASYNC_RULES:
+        return None
+    if s.name == "fedbuff" and s.buffer > n:
+        return ConfigError("strategy.buffer", f"fedbuff buffers K = {s.buffer} updates per step, more than the "
+                                              f"{n} nodes of the federation (nodes.count)")
+    if s.concurrency > n:
+        return ConfigError("strategy.concurrency", f"{s.concurrency} nodes training at once, but nodes.count is {n}")
+    c = cfg.compression
+    for key, on, why in (
+            ("fraction-train", cfg.fraction_train < 1, ("asynchronous rules dispatch every idle node (bound it with "
+                                                       "strategy.concurrency)")),
+            ("selection.name", cfg.selection.name != "uniform", ("asynchronous rules dispatch nodes as they become "
+                                                                "idle, not by a per-round selection")),
+            ("secagg.enabled", cfg.secagg.enabled, "secure aggregation needs a round's nodes to finish together"),
+            ("privacy.mode", cfg.privacy.mode != "off", "DP accounting here assumes synchronous rounds"),
+            ("compression.up", c.up != "none", "compressed uplinks are not combined with asynchronous rules yet"),
+            ("compression.down", c.down != "none", "compressed downlinks are not combined with asynchronous rules yet"),
+            ("topology.name", cfg.topology.name != "star", "asynchronous rules step one server model")):
+        if on:
+            return ConfigError(key, f"strategy.name = {s.name} does not combine with {key}: {why}")
     return None
 
 
@@ -207,7 +236,7 @@ def _continuous(cfg: Config) -> bool:
 def check(run_config: Mapping[str, Any]) -> Config:
     cfg = from_run_config(run_config)
     validate(cfg)
-    err = pipeline_error(cfg) or robust_error(cfg) or topology_error(cfg)
+    err = pipeline_error(cfg) or robust_error(cfg) or topology_error(cfg) or async_error(cfg)
     if err is not None:
         raise err
     p = cfg.privacy

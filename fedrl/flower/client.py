@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 from flwr.app import Context, Message
 
+from fedrl import speed
 from fedrl.attacks import attack_update, attackers
 from fedrl.compression import ef21
 from fedrl.compression.downlink import receive
@@ -106,6 +108,9 @@ def handle_train(msg: Message, context: Context) -> Message:
     finally:
         envs.close()
     kept.update(res.state.arrays)
+    slow = speed.slowdown(cfg, plan.node)
+    if slow > 1:  # experiments (nodes.speed): behave like a device `slow` times slower
+        time.sleep((slow - 1) * res.metrics.get("train_seconds", 0.0))
     delta = flatten(res.weights) - flatten(weights)
     trained, metrics = res.weights, res.metrics
     if plan.node in su.attackers:  # experiments: a Byzantine node replaces its update (attack.*)

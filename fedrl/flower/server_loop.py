@@ -15,15 +15,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Message
 from flwr.serverapp import Grid
 
 from fedrl.config import Config
 from fedrl.federation import Federation, Reply
 from fedrl.flower import codec
+from fedrl.flower.async_loop import run_async
 from fedrl.flower.secure_round import KeysAhead, secure_round
-from fedrl.flower.transport import NodeMap, discover, exchange, failure
+from fedrl.flower.transport import NodeMap, check_reply, discover, exchange
 from fedrl.privacy.node import dpsgd_field
+from fedrl.results import RunFolder
 from fedrl.rundir import end_round, finish, resolve_run_folder
 
 log = logging.getLogger("fedrl")
@@ -36,7 +37,7 @@ def train_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> tuple[lis
     fed.begin_round(rnd)
     plans = {node: codec.encode_plan(*fed.plan(node, rnd)) for node in fed.select(rnd)}
     for node, r in exchange(grid, fed, nm, plans, codec.TRAIN, rnd).items():
-        checked = _check_reply(fed, r, node)
+        checked = check_reply(fed, r, node)
         if isinstance(checked, str):
             bad[node] = checked
             log.warning("round %d: node %d left out: %s", rnd, node, checked)
@@ -44,19 +45,6 @@ def train_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> tuple[lis
             good.append(checked)
     fed.note_delivery(rnd, [r.node for r in good], list(bad))
     return good, bad
-
-
-def _check_reply(fed: Federation, r: Message | None, node: int) -> Reply | str:
-    """The decoded reply if it may enter the aggregate, else why not."""
-    why = failure(r)
-    if why is not None or r is None:
-        return why or "no reply"
-    try:
-        reply = codec.decode_reply(r.content)
-    except (codec.WireError, ValueError) as err:
-        return f"malformed reply: {err}"
-    why = fed.validate(reply, node)
-    return reply if why is None else why
 
 
 def plain_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str, Any]:
@@ -85,9 +73,20 @@ def run(grid: Grid, cfg: Config) -> Path:
     folder = resolve_run_folder(fed)
     started = time.time()
     nm = discover(grid, cfg)
-    ahead = KeysAhead()  # public keys nodes made for their next secure session
     if fed.privacy is not None:
         print(fed.privacy.line(cfg.num_server_rounds), flush=True)
+    if fed.asyn is not None:  # fedbuff, fedasync: no round barrier
+        run_async(grid, fed, nm, folder, started)
+    else:
+        _run_rounds(grid, fed, nm, folder, started)
+    fed.wall_time_s += time.time() - started
+    finish(fed, folder)
+    return folder.path
+
+
+def _run_rounds(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, started: float) -> None:
+    cfg = fed.cfg
+    ahead = KeysAhead()  # public keys nodes made for their next secure session
     for rnd in range(fed.round + 1, cfg.num_server_rounds + 1):
         if not fed.budget_allows_next_round():
             assert fed.privacy is not None and fed.ledger is not None
@@ -105,6 +104,3 @@ def run(grid: Grid, cfg: Config) -> Path:
         fed.round = rnd
         if end_round(fed, folder, started, t0, fields):
             break
-    fed.wall_time_s += time.time() - started
-    finish(fed, folder)
-    return folder.path

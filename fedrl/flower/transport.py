@@ -17,7 +17,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedrl.config import Config
-from fedrl.federation import Federation
+from fedrl.federation import Federation, Reply
 from fedrl.flower import codec
 
 log = logging.getLogger("fedrl")
@@ -99,6 +99,19 @@ def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
                 fed.bytes_up += codec.wire_bytes(r)
             out[node] = r
     return out
+
+
+def check_reply(fed: Federation, r: Message | None, node: int) -> Reply | str:
+    """The decoded reply if it may enter the aggregate, else why not."""
+    why = failure(r)
+    if why is not None or r is None:
+        return why or "no reply"
+    try:
+        reply = codec.decode_reply(r.content)
+    except (codec.WireError, ValueError) as err:
+        return f"malformed reply: {err}"
+    why = fed.validate(reply, node)
+    return reply if why is None else why
 
 
 def failure(r: Message | None) -> str | None:

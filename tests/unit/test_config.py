@@ -153,7 +153,7 @@ def test_bad_value_raises_config_error_naming_key(key: str, value: Any) -> None:
 def test_literal_error_lists_choices() -> None:
     e = _err({"strategy.name": "fedsgd"})
     assert str(e) == ("strategy.name: got 'fedsgd'; allowed: fedavg, fedprox, fedavgm, fedadagrad, fedadam, fedyogi, "
-                      "median, trimmed-mean, krum, multi-krum, local")
+                      "median, trimmed-mean, krum, multi-krum, fedbuff, fedasync, local")
 
 
 def test_range_error_message() -> None:

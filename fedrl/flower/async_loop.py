@@ -1,0 +1,119 @@
+"""The ServerApp's loop for asynchronous rules (``strategy.name`` = fedbuff, fedasync).
+
+No round barrier: every idle node (up to ``strategy.concurrency``, one per SuperNode at a time)
+is sent the current model with ``push_messages``; replies are taken with ``pull_messages`` as
+they arrive, each remembering the version it started from, and the server steps whenever the
+rule says so (``Federation.receive_async``). A "round" in metrics.jsonl is one server step.
+
+A node is not sent the same version twice: once it has trained from version v it waits for
+v + 1. When every node has trained from the current version and nothing is in flight (some
+replies failed), FedBuff steps with what it has, or the version passes unchanged, with a log line.
+A node silent past ``nodes.reply-timeout-s`` is counted failed and may be sent work again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+from fedrl.federation import Federation
+from fedrl.flower import codec
+from fedrl.flower.transport import NodeMap, check_reply
+from fedrl.results import RunFolder
+from fedrl.rundir import end_round
+
+log = logging.getLogger("fedrl")
+_POLL_S = 0.02
+
+
+@dataclass
+class _Round:
+    """What happened since the last server step (one metrics.jsonl row)."""
+
+    started: float = field(default_factory=time.time)
+    failed: dict[int, str] = field(default_factory=dict)
+    returns: dict[int, float | None] = field(default_factory=dict)
+
+    def fields(self, applied: list[tuple[int, int]]) -> dict[str, Any]:
+        return {"nodes_trained": [n for n, _ in applied], "staleness": [t for _, t in applied],
+                "nodes_failed": {str(k): v for k, v in self.failed.items()},
+                "train_returns": {str(k): v for k, v in self.returns.items()}}
+
+
+def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, started: float) -> None:
+    """Run asynchronous rounds until ``num-server-rounds`` server steps (or the target is reached)."""
+    cfg = fed.cfg
+    n, total = cfg.nodes.count, cfg.num_server_rounds
+    limit = cfg.strategy.concurrency or n
+    assert fed.asyn is not None
+    inflight: dict[str, tuple[int, int, float]] = {}  # message id -> (node, version, sent at)
+    trained_from: dict[int, int] = {}  # node -> the version it was last sent
+    last_sent = dict.fromkeys(range(n), 0.0)
+    cur = _Round()
+    fed.begin_round(fed.round + 1)
+
+    def step(applied: list[tuple[int, int]]) -> bool:
+        nonlocal cur
+        fed.round += 1
+        stop = end_round(fed, folder, started, cur.started, cur.fields(applied))
+        cur = _Round()
+        if fed.round < total:
+            fed.begin_round(fed.round + 1)
+        return stop
+
+    while fed.round < total:
+        busy = {nm.supernode(node) for node, _, _ in inflight.values()}
+        for node in sorted(range(n), key=lambda i: last_sent[i]):  # longest idle first
+            if len(inflight) >= limit:
+                break
+            if trained_from.get(node) == fed.round or nm.supernode(node) in busy:
+                continue
+            plan, dl = fed.plan(node, fed.round + 1)
+            msg = Message(codec.encode_plan(plan, dl), dst_node_id=nm.supernode(node), message_type=codec.TRAIN,
+                          group_id=str(fed.round + 1))
+            fed.bytes_down += codec.wire_bytes(msg)
+            mid = next(iter(grid.push_messages([msg])))
+            inflight[mid] = (node, fed.round, time.monotonic())
+            fed.asyn.versions.acquire(fed.round, fed.models[0])
+            trained_from[node] = fed.round
+            last_sent[node] = time.monotonic()
+            busy.add(nm.supernode(node))
+        if not inflight:  # every node trained from this version and nothing is pending
+            applied = fed.flush_buffer() if cfg.strategy.name == "fedbuff" else []
+            log.warning("round %d: every node has answered for version %d with %d usable update(s)%s", fed.round + 1,
+                        fed.round, len(applied), "; stepping with them" if applied else "; the model is unchanged")
+            if step(applied):
+                break
+            continue
+        stop = False
+        for m in grid.pull_messages(list(inflight)):
+            node, version, _ = inflight.pop(m.metadata.reply_to_message_id)
+            base = fed.asyn.versions.release(version)
+            if m.has_content():
+                fed.bytes_up += codec.wire_bytes(m)
+            checked = check_reply(fed, m, node)
+            if isinstance(checked, str):
+                cur.failed[node] = checked
+                log.warning("round %d: node %d left out: %s", fed.round + 1, node, checked)
+                continue
+            cur.returns[node] = checked.metrics.get("train_return")
+            applied = fed.receive_async(checked, version, base)
+            if applied and step(applied):
+                stop = True
+                break
+        if stop:
+            break
+        now = time.monotonic()
+        for mid, (node, version, sent) in list(inflight.items()):
+            if now - sent > cfg.nodes.reply_timeout_s:
+                del inflight[mid]
+                fed.asyn.versions.release(version)
+                cur.failed[node] = "no reply before nodes.reply-timeout-s"
+                trained_from.pop(node, None)  # may be sent work again
+                log.warning("round %d: node %d left out: no reply before nodes.reply-timeout-s", fed.round + 1, node)
+        time.sleep(_POLL_S)

@@ -1,0 +1,82 @@
+"""Asynchronous rules inside the Federation: the FedBuff = FedAvg reduction, staleness, FedAsync, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrl.compression.pipeline import flatten, unflatten
+from fedrl.config import from_run_config
+from fedrl.errors import ConfigError
+from fedrl.federation import Federation, Reply
+from fedrl.validate import check
+
+SMALL = {"nodes.count": 4, "algo.local-steps": 256, "eval.episodes": 1}
+
+
+def _reply(fed: Federation, node: int, base: list[np.ndarray], rng: np.random.Generator) -> Reply:
+    step = rng.normal(0, 0.01, fed.n_params).astype(np.float32)
+    return Reply(node, unflatten(flatten(base) + step, base), int(rng.integers(200, 300)), None, {})
+
+
+def test_fedbuff_with_k_equal_n_and_no_staleness_is_fedavg() -> None:
+    star = Federation(from_run_config(SMALL))
+    buff = Federation(from_run_config({**SMALL, "strategy.name": "fedbuff", "strategy.buffer": 4}))
+    r1, r2 = np.random.default_rng(7), np.random.default_rng(7)
+    for rnd in (1, 2, 3):
+        star.begin_round(rnd)
+        star.aggregate([_reply(star, n, star.sent(n), r1) for n in range(4)], rnd)
+        star.round = rnd
+        base = buff.models[0]
+        applied: list[tuple[int, int]] = []
+        for n in range(4):
+            assert not applied
+            applied = buff.receive_async(_reply(buff, n, base, r2), buff.round, base)
+        assert applied == [(0, 0), (1, 0), (2, 0), (3, 0)]
+        buff.round = rnd
+    np.testing.assert_array_equal(flatten(buff.models[0]), flatten(star.models[0]))
+    assert buff.env_steps == star.env_steps
+
+
+def test_a_stale_fedbuff_update_counts_less() -> None:
+    over = {**SMALL, "strategy.name": "fedbuff", "strategy.buffer": 1, "strategy.server-lr": 1.0}
+    fresh, stale = Federation(from_run_config(over)), Federation(from_run_config(over))
+    base = [w.copy() for w in fresh.models[0]]
+    up = Reply(0, [w + np.float32(0.1) for w in base], 256, None, {})
+    fresh.receive_async(up, 0, base)
+    stale.round = 3  # the update started from version 0 and lands at version 3: weight 1/2
+    assert stale.receive_async(up, 0, base) == [(0, 3)]
+    np.testing.assert_allclose(flatten(fresh.models[0]) - flatten(base), 0.1, rtol=1e-5)
+    np.testing.assert_allclose(flatten(stale.models[0]) - flatten(base), 0.05, rtol=1e-4)
+
+
+def test_fedasync_mixes_every_update_at_once() -> None:
+    fed = Federation(from_run_config({**SMALL, "strategy.name": "fedasync", "strategy.mixing": 0.5,
+                                      "strategy.staleness-exponent": 0.0}))
+    base = [w.copy() for w in fed.models[0]]
+    assert fed.receive_async(Reply(2, [w + np.float32(1.0) for w in base], 256, None, {}), 0, base) == [(2, 0)]
+    np.testing.assert_allclose(flatten(fed.models[0]) - flatten(base), 0.5, rtol=1e-5)
+
+
+def test_fedbuff_flushes_a_partial_buffer_on_request() -> None:
+    fed = Federation(from_run_config({**SMALL, "strategy.name": "fedbuff", "strategy.buffer": 3}))
+    base = [w.copy() for w in fed.models[0]]
+    assert fed.receive_async(Reply(1, [w + np.float32(0.1) for w in base], 256, None, {}), 0, base) == []
+    assert fed.flush_buffer() == [(1, 0)] and fed.flush_buffer() == []
+    assert not np.array_equal(flatten(fed.models[0]), flatten(base))
+
+
+@pytest.mark.parametrize(("over", "key"), [
+    ({"strategy.buffer": 5}, "strategy.buffer"),
+    ({"strategy.concurrency": 9}, "strategy.concurrency"),
+    ({"fraction-train": 0.5}, "fraction-train"),
+    ({"secagg.enabled": True, "compression.up": "quantize"}, "secagg.enabled"),
+    ({"compression.up": "quantize"}, "compression.up"),
+    ({"topology.name": "hierarchical"}, "strategy.name"),  # named by the topology check
+    ({"nodes.speed": "uniform(0.5, 2)"}, "nodes.speed"),
+    ({"nodes.speed": "fast"}, "nodes.speed"),
+])
+def test_what_asynchronous_rules_cannot_do_fails_before_round_1(over: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        check({**SMALL, "strategy.name": "fedbuff", **over})
+    assert err.value.key == key
