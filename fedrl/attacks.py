@@ -4,7 +4,11 @@ A Byzantine node trains like any other and then replaces its update before the c
 (clipping, compression), so the attack reaches the server in the same format as an honest update:
 
 - ``sign-flip``: ``-scale x`` its own update (Allen-Zhu et al.; a scaled "inner product" attack);
-- ``gaussian``: i.i.d. N(0, scale^2) per coordinate, ignoring its data.
+- ``gaussian``: i.i.d. N(0, scale^2) per coordinate, ignoring its data;
+- ``random-action`` (Fan et al., FedPG-BR, NeurIPS 2021): it collects its rollouts with random
+  actions instead of its policy's and trains on them as if they were its own, so its update is
+  a well-formed PPO step in a useless direction (``ActorCritic.random_action``; not via
+  ``attack_update``).
 
 Which nodes attack is fixed for the run: ``attack.nodes`` if given, else ``round(fraction x n)``
 nodes drawn with the run's seed.
@@ -41,7 +45,8 @@ def attackers(cfg: Config) -> frozenset[int]:
     if a.name == "none":
         if chosen:
             key = "attack.nodes" if a.nodes.strip() else "attack.fraction"
-            raise ConfigError(key, "names attackers but attack.name = none; set attack.name = sign-flip or gaussian")
+            raise ConfigError(key, "names attackers but attack.name = none; set attack.name = sign-flip, gaussian "
+                                   "or random-action")
         return frozenset()
     return chosen
 

@@ -163,18 +163,26 @@ class TopologyConfig:
 
 @dataclass(frozen=True)
 class SelectionConfig:
-    name: Literal["uniform", "round-robin"] = opt(
+    name: Literal["uniform", "round-robin", "deadline"] = opt(
         "selection.name", "uniform",
-        "which fraction-train of the nodes train each round: uniform (drawn by seed and round) or round-robin "
-        "(in turn, so every node trains equally often)")
+        "which fraction-train of the nodes train each round: uniform (drawn by seed and round), round-robin "
+        "(in turn, so every node trains equally often) or deadline (the nodes least likely to miss "
+        "round.deadline-s, learned from their history, with a little exploration)")
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    deadline_s: float = opt("round.deadline-s", 0.0,
+                            "a train reply later than this many seconds after its plan went out is dropped from "
+                            "the round (0: wait up to nodes.reply-timeout-s)", _non_negative)
 
 
 @dataclass(frozen=True)
 class AttackConfig:
-    name: Literal["none", "sign-flip", "gaussian"] = opt(
+    name: Literal["none", "sign-flip", "gaussian", "random-action"] = opt(
         "attack.name", "none",
         "experiments: Byzantine nodes send sign-flip (-scale x their update) or gaussian (N(0, scale^2) noise) "
-        "instead of their update")
+        "instead of their update, or random-action (train on rollouts of random actions, as in FedPG-BR)")
     fraction: float = opt("attack.fraction", 0.0, "fraction of nodes that attack (chosen by seed)", _unit_closed)
     nodes: str = opt("attack.nodes", "", "explicit attacking nodes, e.g. '0,3' (overrides attack.fraction)")
     scale: float = opt("attack.scale", 1.0, "sign-flip factor, or gaussian std", _positive)
@@ -295,8 +303,8 @@ class NodesConfig:
                               _unit_closed)
     speed: str = opt("nodes.speed", "1",
                      "experiments: per-node slowdown factor >= 1 (a number, uniform(a, b), loguniform(a, b), "
-                     "linspace(a, b) or choice(...), drawn by seed and node); a node sleeps (slowdown - 1) x its "
-                     "training time before replying")
+                     "linspace(a, b), choice(...) drawn by seed and node, or one factor per node, e.g. '1,1,4'); a "
+                     "node sleeps (slowdown - 1) x its training time before replying")
     dropout_stage: Literal["train", "advertise", "share", "mask", "unmask", "any"] = opt(
         "nodes.dropout-stage", "any",
         "where injected dropouts happen: train, or a secure-aggregation stage (advertise: the keys request, or "
@@ -323,6 +331,7 @@ class Config:
     attack: AttackConfig = field(default_factory=AttackConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     selection: SelectionConfig = field(default_factory=SelectionConfig)
+    round: RoundConfig = field(default_factory=RoundConfig)
 
     @property
     def nodes_per_round(self) -> int:
@@ -332,7 +341,7 @@ class Config:
 
 
 _SECTIONS = ("env", "algo", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack", "topology",
-             "selection")
+             "selection", "round")
 
 
 def _leaf_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:

@@ -45,7 +45,7 @@ from fedrl.rl.evaluate import evaluate
 from fedrl.rl.networks import ActorCritic, check_weights, weight_names
 from fedrl.rl.normalize import Moments
 from fedrl.rl.train import LocalPlan, round_lr, uses_norm
-from fedrl.seeding import SELECT, numpy_rng
+from fedrl.selection import Selector
 from fedrl.topology.gossip import Mix, Relay, consensus_distance
 from fedrl.topology.hierarchy import assign_edges, cloud_average
 
@@ -98,6 +98,7 @@ class Federation:
         self.obs_on = uses_norm(cfg.algo.norm_obs, self.spec)
         dim = self.spec.obs_dim
         self.moments: list[Moments | None] = [Moments.empty(dim) if self.obs_on else None for _ in range(n_models)]
+        self.selector = Selector(cfg)
         self.round = 0
         self.env_steps = 0
         self.bytes_up = 0
@@ -131,16 +132,9 @@ class Federation:
 
     # --- planning -------------------------------------------------------------------
     def select(self, rnd: int) -> list[int]:
-        """Nodes trained in round ``rnd``: ``fraction-train`` of them, at least ``min-train-nodes``
-        (capped at the federation size), drawn from (seed, round) or, with ``selection.name =
-        round-robin``, the next k in turn (round 1: nodes 0..k-1)."""
-        n, k = self.cfg.nodes.count, self.cfg.nodes_per_round
-        if k == n:
-            return list(range(n))
-        if self.cfg.selection.name == "round-robin":
-            start = (rnd - 1) * k % n
-            return sorted((start + j) % n for j in range(k))
-        return sorted(int(i) for i in numpy_rng(self.cfg.seed, SELECT, rnd).choice(n, k, replace=False))
+        """Nodes trained in round ``rnd`` (``fedrl.selection``: ``fraction-train`` of them, at least
+        ``min-train-nodes``, by ``selection.name``)."""
+        return self.selector.select(rnd)
 
     def slot(self, node: int) -> int:
         """The model a node trains from: its own (local), its edge's (hierarchical) or the global one."""
@@ -415,6 +409,7 @@ class Federation:
                 "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
                 "bcast_round": [c.round for c in self.casts],
                 "bytes_cloud": self.bytes_cloud, **dp_meta}
+        meta["selection"] = self.selector.to_meta()
         if self.gossip is not None:
             meta["gossip_trained"] = list(self.gossip.trained)
         return Checkpoint(meta, arrays)
@@ -447,4 +442,6 @@ class Federation:
         self.bytes_cloud = int(ck.meta.get("bytes_cloud", 0))
         if self.gossip is not None:
             self.gossip.trained = [int(x) for x in ck.meta["gossip_trained"]]
+        if "selection" in ck.meta:
+            self.selector.load_meta(ck.meta["selection"])
         self.wall_time_s = float(ck.meta["wall_time_s"])

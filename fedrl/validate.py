@@ -147,6 +147,21 @@ def async_error(cfg: Config) -> ConfigError | None:
     return None
 
 
+def selection_error(cfg: Config) -> ConfigError | None:
+    """Deadline settings that cannot work together."""
+    d = cfg.round.deadline_s
+    if cfg.selection.name == "deadline" and d <= 0:
+        return ConfigError("round.deadline-s", "selection.name = deadline learns which nodes miss the deadline; "
+                                               "set round.deadline-s > 0")
+    if d > 0 and cfg.secagg.enabled:
+        return ConfigError("round.deadline-s", "round.deadline-s with secagg.enabled is not supported: secure "
+                                               "aggregation already treats a late node as a dropout at its stage")
+    if d > 0 and cfg.strategy.name in ASYNC_RULES:
+        return ConfigError("round.deadline-s", f"strategy.name = {cfg.strategy.name} has no rounds to be late "
+                                               "for; nodes.reply-timeout-s bounds a node's silence")
+    return None
+
+
 def robust_error(cfg: Config) -> ConfigError | None:
     """Byzantine settings the chosen rule cannot tolerate, or attackers named wrongly."""
     s = cfg.strategy
@@ -236,7 +251,8 @@ def _continuous(cfg: Config) -> bool:
 def check(run_config: Mapping[str, Any]) -> Config:
     cfg = from_run_config(run_config)
     validate(cfg)
-    err = pipeline_error(cfg) or robust_error(cfg) or topology_error(cfg) or async_error(cfg)
+    err = (pipeline_error(cfg) or robust_error(cfg) or topology_error(cfg) or async_error(cfg)
+           or selection_error(cfg))
     if err is not None:
         raise err
     p = cfg.privacy

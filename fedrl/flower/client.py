@@ -104,7 +104,8 @@ def handle_train(msg: Message, context: Context) -> Message:
         weights = training_start(weights, state.arrays.get(RESIDUAL_KEY), uplink_scale(cfg, su.up, plan.round))
     envs = make_vector_env(cfg.env.id, [su.variants[plan.node]] * cfg.algo.num_envs, dict(su.env_kwargs))
     try:
-        res = train_locally(su.spec, weights, envs, cfg.algo, plan, state, su.sample_dp)
+        random_actions = plan.node in su.attackers and cfg.attack.name == "random-action"
+        res = train_locally(su.spec, weights, envs, cfg.algo, plan, state, su.sample_dp, random_actions)
     finally:
         envs.close()
     kept.update(res.state.arrays)
@@ -113,7 +114,7 @@ def handle_train(msg: Message, context: Context) -> Message:
         time.sleep((slow - 1) * res.metrics.get("train_seconds", 0.0))
     delta = flatten(res.weights) - flatten(weights)
     trained, metrics = res.weights, res.metrics
-    if plan.node in su.attackers:  # experiments: a Byzantine node replaces its update (attack.*)
+    if plan.node in su.attackers and cfg.attack.name != "random-action":  # experiments: a Byzantine update
         delta = attack_update(cfg.attack.name, delta, cfg.attack.scale, numpy_rng(plan.seed, ATTACK, plan.node,
                                                                                    plan.round))
         trained = unflatten(flatten(weights) + delta, weights)

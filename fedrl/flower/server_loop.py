@@ -22,7 +22,7 @@ from fedrl.federation import Federation, Reply
 from fedrl.flower import codec
 from fedrl.flower.async_loop import run_async
 from fedrl.flower.secure_round import KeysAhead, secure_round
-from fedrl.flower.transport import NodeMap, check_reply, discover, exchange
+from fedrl.flower.transport import NodeMap, check_reply, discover, exchange, reap_late
 from fedrl.privacy.node import dpsgd_field
 from fedrl.results import RunFolder
 from fedrl.rundir import end_round, finish, resolve_run_folder
@@ -35,15 +35,23 @@ def train_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> tuple[lis
     good: list[Reply] = []
     bad: dict[int, str] = {}
     fed.begin_round(rnd)
-    plans = {node: codec.encode_plan(*fed.plan(node, rnd)) for node in fed.select(rnd)}
-    for node, r in exchange(grid, fed, nm, plans, codec.TRAIN, rnd).items():
-        checked = check_reply(fed, r, node)
+    deadline = fed.cfg.round.deadline_s
+    reap_late(grid, fed, nm)
+    chosen = fed.select(rnd)
+    for node in chosen:
+        if nm.busy(node):  # its SuperNode still runs a plan that missed an earlier deadline
+            bad[node] = "still busy with an earlier round's plan (missed round.deadline-s)"
+    plans = {node: codec.encode_plan(*fed.plan(node, rnd)) for node in chosen if node not in bad}
+    for node, r in exchange(grid, fed, nm, plans, codec.TRAIN, rnd, deadline).items():
+        checked = check_reply(fed, r, node, deadline)
         if isinstance(checked, str):
             bad[node] = checked
-            log.warning("round %d: node %d left out: %s", rnd, node, checked)
         else:
             good.append(checked)
+    for node, why in bad.items():
+        log.warning("round %d: node %d left out: %s", rnd, node, why)
     fed.note_delivery(rnd, [r.node for r in good], list(bad))
+    fed.selector.note(chosen, bad)
     return good, bad
 
 

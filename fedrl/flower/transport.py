@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
@@ -25,12 +25,39 @@ log = logging.getLogger("fedrl")
 
 @dataclass(frozen=True)
 class NodeMap:
-    """SuperNode ids ordered by partition id; logical node i runs on ``ids[i % len(ids)]``."""
+    """SuperNode ids ordered by partition id; logical node i runs on ``ids[i % len(ids)]``.
+
+    ``late`` holds the train messages that missed ``round.deadline-s`` and are still running
+    (logical node -> (message id, sent at)): their SuperNode gets nothing new until they are back.
+    """
 
     ids: list[int]
+    late: dict[int, tuple[str, float]] = field(default_factory=dict)
 
     def supernode(self, node: int) -> int:
         return self.ids[node % len(self.ids)]
+
+    def busy(self, node: int) -> bool:
+        """Whether ``node``'s SuperNode still runs a late message (for any logical node)."""
+        return any(self.supernode(n) == self.supernode(node) for n in self.late)
+
+
+def reap_late(grid: Grid, fed: Federation, nm: NodeMap) -> None:
+    """Take back late replies (counted on the wire, then dropped: their round is over) and give up
+    on any silent past ``nodes.reply-timeout-s``."""
+    if not nm.late:
+        return
+    by_id = {mid: node for node, (mid, _) in nm.late.items()}
+    for m in grid.pull_messages(list(by_id)):
+        node = by_id[m.metadata.reply_to_message_id]
+        if m.has_content():
+            fed.bytes_up += codec.wire_bytes(m)
+        log.info("node %d's late reply arrived and was dropped (its round is over)", node)
+        del nm.late[node]
+    now = time.monotonic()
+    for node, (_, sent) in list(nm.late.items()):
+        if now - sent > fed.cfg.nodes.reply_timeout_s:
+            del nm.late[node]
 
 
 def discover(grid: Grid, cfg: Config) -> NodeMap:
@@ -81,29 +108,34 @@ def _waves(nodes: list[int], nm: NodeMap) -> Iterable[list[int]]:
 
 
 def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, RecordDict], mtype: str,
-             rnd: int) -> dict[int, Message | None]:
+             rnd: int, deadline_s: float = 0.0) -> dict[int, Message | None]:
     """Send each logical node its content (in waves) and return its reply (None: none in time).
 
-    Every byte that crosses the wire is counted, usable or not.
+    Every byte that crosses the wire is counted, usable or not. With ``deadline_s`` a wave waits
+    at most that long, and messages still out are kept in ``nm.late``.
     """
     out: dict[int, Message | None] = {}
+    timeout = min(deadline_s, fed.cfg.nodes.reply_timeout_s) if deadline_s > 0 else fed.cfg.nodes.reply_timeout_s
     for wave in _waves(list(contents), nm):
         msgs = [Message(contents[n], dst_node_id=nm.supernode(n), message_type=mtype, group_id=str(rnd))
                 for n in wave]
         fed.bytes_down += sum(codec.wire_bytes(m) for m in msgs)
         sent = list(grid.push_messages(msgs))
-        replies = _collect(grid, sent, fed.cfg.nodes.reply_timeout_s)
+        t0 = time.monotonic()
+        replies = _collect(grid, sent, timeout)
         for mid, node in zip(sent, wave, strict=True):
             r = replies.get(mid)
             if r is not None and r.has_content():
                 fed.bytes_up += codec.wire_bytes(r)
+            if r is None and deadline_s > 0:
+                nm.late[node] = (mid, t0)
             out[node] = r
     return out
 
 
-def check_reply(fed: Federation, r: Message | None, node: int) -> Reply | str:
+def check_reply(fed: Federation, r: Message | None, node: int, deadline_s: float = 0.0) -> Reply | str:
     """The decoded reply if it may enter the aggregate, else why not."""
-    why = failure(r)
+    why = failure(r, deadline_s)
     if why is not None or r is None:
         return why or "no reply"
     try:
@@ -114,10 +146,11 @@ def check_reply(fed: Federation, r: Message | None, node: int) -> Reply | str:
     return reply if why is None else why
 
 
-def failure(r: Message | None) -> str | None:
+def failure(r: Message | None, deadline_s: float = 0.0) -> str | None:
     """Why a reply is no answer at all (timeout or client error), else None."""
     if r is None:
-        return "no reply before nodes.reply-timeout-s"
+        return f"no reply within round.deadline-s = {deadline_s:g} s" if deadline_s > 0 else \
+            "no reply before nodes.reply-timeout-s"
     if r.has_error():
         return f"client error: {short_reason(r.error.reason or '')}"
     return None

@@ -92,6 +92,14 @@ class ActorCritic(nn.Module):
         action = d.mean + d.stddev * noise
         return action, d.log_prob(action).sum(-1)
 
+    def random_action(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """An action that ignores the policy: uniform over the actions (discrete) or standard normal
+        (continuous, before the env's clipping). FedPG-BR's random-action Byzantine node acts so."""
+        n = obs.shape[0]
+        if self.spec.action_kind == "discrete":
+            return torch.randint(self.spec.action_dim, (n,), generator=generator)
+        return torch.randn((n, self.spec.action_dim), generator=generator)
+
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic action: argmax for discrete, the mean for continuous."""
         out = self.actor(obs)

@@ -85,8 +85,12 @@ def collect(
     generator: torch.Generator,
     norms: Normalizers,
     gamma: float,
+    random_actions: bool = False,
 ) -> RolloutResult:
-    """Run ``steps`` vector steps with the current policy; return tensors and new cursor."""
+    """Run ``steps`` vector steps with the current policy; return tensors and new cursor.
+
+    ``random_actions``: act with ``ActorCritic.random_action`` instead, recording the policy's
+    log-probability of those actions (the random-action attacker; PPO then treats them as its own)."""
     n_env = len(cursor.obs)
     obs_buf, act_buf, logp_buf, rew_buf, val_buf = [], [], [], [], []
     term_buf, done_buf = [], []
@@ -103,7 +107,11 @@ def collect(
     obs_t = torch.as_tensor(norm_obs(raw_obs))
     for t in range(steps):
         with torch.inference_mode():
-            action, logp = model.sample(obs_t, generator)
+            if random_actions:
+                action = model.random_action(obs_t, generator)
+                logp = model.log_prob_entropy(obs_t, action)[0]
+            else:
+                action, logp = model.sample(obs_t, generator)
             value = model.value(obs_t)
         next_raw, reward, terminated, truncated, infos = envs.step(to_env_actions(action.numpy(), envs.single_action_space))
         reward = np.asarray(reward, np.float64)

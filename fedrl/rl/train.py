@@ -126,8 +126,11 @@ def train_locally(
     plan: LocalPlan,
     state: NodeState,
     dp: SampleDP | None = None,
+    random_actions: bool = False,
 ) -> LocalResult:
     """Run ``algo.iterations_per_round`` PPO iterations from ``weights`` (see module doc).
+
+    ``random_actions``: collect with random actions (the random-action Byzantine node, ``attack.*``).
 
     With ``dp`` every PPO update is DP-SGD over rollout segments (``fedrl.privacy.dpsgd``); the
     node's accountant continues from ``state`` and ``metrics["dpsgd_epsilon"]`` is its ε so far.
@@ -165,7 +168,7 @@ def train_locally(
         if algo.anneal_lr:
             progress = ((plan.round - 1) * iters + i) / max(1, plan.total_rounds * iters)
             optimizer.param_groups[0]["lr"] = algo.lr * max(0.0, 1.0 - progress)
-        res = collect(model, envs, cursor, algo.num_steps, gen, norms, algo.gamma)
+        res = collect(model, envs, cursor, algo.num_steps, gen, norms, algo.gamma, random_actions)
         cursor, norms = res.cursor, res.normalizers
         returns += res.episode_returns
         lengths += res.episode_lengths

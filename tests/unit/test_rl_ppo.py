@@ -337,3 +337,24 @@ def test_train_locally_round2_is_deterministic_from_state(
         assert np.array_equal(x, y)
     for k, v in round2.state.arrays.items():
         assert np.array_equal(v, again.state.arrays[k]), k
+
+
+def test_random_action_rollouts_ignore_the_policy(cartpole: tuple[PolicySpec, list[np.ndarray]]) -> None:
+    """A policy that always pushes left falls in ~9 steps; the random-action attacker's rollouts
+    (FedPG-BR) from the same weights last as long as a random policy's (~22 on CartPole)."""
+    spec, w0 = cartpole
+    left = [w.copy() for w in w0]
+    left[11][:] = [20.0, -20.0]  # actor output bias: action 0 (left) with probability ~1
+    assert left[11].shape == (2,)
+    envs = _envs()
+    try:
+        own = train_locally(spec, left, envs, _algo(), PLAN1, NodeState.empty())
+    finally:
+        envs.close()
+    envs = _envs()
+    try:
+        rnd = train_locally(spec, left, envs, _algo(), PLAN1, NodeState.empty(), random_actions=True)
+    finally:
+        envs.close()
+    assert own.metrics["train_return"] < 12 and rnd.metrics["train_return"] > 15
+    assert not np.array_equal(rnd.weights[11], left[11])  # it still trains, on the random rollouts

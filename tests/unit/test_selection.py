@@ -1,0 +1,60 @@
+"""Node selection: uniform and round-robin draws, and deadline-aware selection learning from history."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedrl.config import from_run_config
+from fedrl.errors import ConfigError
+from fedrl.selection import Selector
+from fedrl.validate import check
+
+DEADLINE = {"nodes.count": 8, "fraction-train": 0.5, "selection.name": "deadline", "round.deadline-s": 5.0}
+
+
+def test_deadline_selection_avoids_nodes_that_keep_missing() -> None:
+    sel = Selector(from_run_config(DEADLINE))
+    assert sel.miss_probability().tolist() == [0.5] * 8  # nothing known yet
+    for _ in range(5):
+        sel.note(range(8), [0, 1, 2])  # nodes 0-2 always late
+    assert sel.miss_probability()[0] == pytest.approx(6 / 7) and sel.miss_probability()[3] == pytest.approx(1 / 7)
+    picks = [sel.select(r) for r in range(1, 201)]
+    assert all(len(p) == 4 for p in picks)
+    stragglers = sum(i in (0, 1, 2) for p in picks for i in p)
+    assert 0 < stragglers <= 40  # only the exploration slot (10% of rounds) ever picks one
+    assert sel.select(7) == sel.select(7)  # seeded
+
+
+def test_a_straggler_that_recovers_is_found_again() -> None:
+    sel = Selector(from_run_config(DEADLINE))
+    sel.note(range(8), [0])
+    for _ in range(20):
+        sel.note([0], [])  # asked again (exploration) and on time
+    sel.note(range(1, 8), range(1, 8))  # everyone else missed once
+    assert 0 in sel.select(2)
+
+
+def test_history_survives_the_checkpoint_form() -> None:
+    a, b = Selector(from_run_config(DEADLINE)), Selector(from_run_config(DEADLINE))
+    a.note([1, 2], [2])
+    b.load_meta(a.to_meta())
+    assert b.asked.tolist() == a.asked.tolist() and b.missed.tolist() == a.missed.tolist()
+
+
+def test_uniform_and_round_robin_are_unchanged_by_history() -> None:
+    for name in ("uniform", "round-robin"):
+        sel = Selector(from_run_config({**DEADLINE, "selection.name": name}))
+        before = [sel.select(r) for r in range(1, 6)]
+        sel.note(range(8), [0, 1])
+        assert [sel.select(r) for r in range(1, 6)] == before
+
+
+@pytest.mark.parametrize(("over", "key"), [
+    ({"round.deadline-s": 0.0}, "round.deadline-s"),
+    ({"secagg.enabled": True, "compression.up": "quantize"}, "round.deadline-s"),
+    ({"round.deadline-s": -1.0}, "round.deadline-s"),
+])
+def test_deadline_misuse_fails_before_round_1(over: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        check({**DEADLINE, **over})
+    assert err.value.key == key
