@@ -155,6 +155,14 @@ class TopologyConfig:
     assign: str = opt("topology.assign", "contiguous",
                       "hierarchical: node -> edge: contiguous, cluster (k-means on variant parameters) or one edge "
                       "index per node, e.g. '0,0,1,1'")
+    edge_rule: Literal["fedavg", "median", "trimmed-mean", "krum", "multi-krum"] = opt(
+        "topology.edge-rule", "fedavg",
+        "hierarchical: how an edge combines its nodes' updates: fedavg (env-step weighted mean) or a robust rule "
+        "(strategy.trim, strategy.byzantine and strategy.krum-m apply per edge)")
+    cloud_rule: Literal["fedavg", "median", "trimmed-mean"] = opt(
+        "topology.cloud-rule", "fedavg",
+        "hierarchical: how the cloud combines the edge models: fedavg (weighted by their nodes), coordinate-wise "
+        "median or trimmed-mean (strategy.trim)")
     graph: str = opt("topology.graph", "ring",
                      "gossip: ring, torus, regular (random d-regular), exponential, complete or one-peer "
                      "(time-varying one-peer exponential)")

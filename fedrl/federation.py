@@ -115,7 +115,8 @@ class Federation:
         self.dp = ServerPrivacy(self.privacy, self.n_params) if self.privacy is not None else None
         s = cfg.strategy
         self.robust = s.name in ROBUST_RULES
-        self.byzantine = s.byzantine if s.byzantine >= 0 else len(attackers(cfg))  # f the robust rule tolerates
+        self.attackers = attackers(cfg)
+        self.byzantine = s.byzantine if s.byzantine >= 0 else len(self.attackers)  # f the robust rule tolerates
         opt_name = "fedavg" if s.name in ("fedavg", "fedprox", "local", *ROBUST_RULES, *ASYNC_RULES) else s.name
         self.asyn = AsyncState() if s.name in ASYNC_RULES else None
         self.server_opt = ServerOptimizer(ServerOptSettings(opt_name, s.server_lr, s.momentum, s.beta1, s.beta2,
@@ -147,6 +148,10 @@ class Federation:
             return cloud_average(self.node_models(), [1.0] * len(self.models))
         if not self.hier:
             return self.models[0]
+        rule = self.cfg.topology.cloud_rule
+        if rule != "fedavg":  # median / trimmed mean of the edge models (node counts ignored)
+            x = np.stack([flatten(m) for m in self.models])
+            return unflatten(robust_aggregate(rule, x, 0, self.cfg.strategy.trim, 0), self.models[0])
         return cloud_average(self.models, [self.edge_of.count(e) for e in range(len(self.models))])
 
     def begin_round(self, rnd: int) -> None:
@@ -253,12 +258,24 @@ class Federation:
     def _hierarchical(self, replies: list[Reply], deltas: list[list[np.ndarray]], rnd: int) -> None:
         """HierFAVG: each edge averages its nodes' updates; every ``cloud-every`` rounds the cloud
         averages the edges (weighted by their node counts) and every edge takes the result."""
+        t, s = self.cfg.topology, self.cfg.strategy
         for e in range(len(self.models)):
             mine = [(r, d) for r, d in zip(replies, deltas, strict=True) if self.edge_of[r.node] == e]
-            if mine:  # the same FedAvg step as the star's (strategy.server-lr; the optimizer is stateless)
-                mean = weighted_mean([d for _, d in mine], [r.env_steps for r, _ in mine])
-                self.models[e] = unflatten(self.server_opt.step(flatten(self.models[e]), flatten(mean)), mean)
-        if rnd % self.cfg.topology.cloud_every == 0:
+            if not mine:
+                continue
+            if t.edge_rule == "fedavg":
+                mean = flatten(weighted_mean([d for _, d in mine], [r.env_steps for r, _ in mine]))
+            else:  # per edge: its own nodes' updates, strategy.byzantine of them hostile
+                f = s.byzantine if s.byzantine >= 0 else len(self.attackers & {r.node for r, _ in mine})
+                try:
+                    mean = robust_aggregate(t.edge_rule, np.stack([flatten(d) for _, d in mine]), f, s.trim, s.krum_m)
+                except ValueError as err:
+                    log.warning("round %s: edge %d: %s with %d replies: %s; the edge model is unchanged", rnd, e,
+                                t.edge_rule, len(mine), err)
+                    continue
+            # the same step as the star's (strategy.server-lr; the optimizer is stateless)
+            self.models[e] = unflatten(self.server_opt.step(flatten(self.models[e]), mean), self.models[e])
+        if rnd % t.cloud_every == 0:
             cloud = self.server_model()
             self.models = [list(cloud) for _ in self.models]
             self.bytes_cloud += 2 * len(self.models) * 4 * self.n_params  # each edge up, the cloud back down

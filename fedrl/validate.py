@@ -85,7 +85,17 @@ def topology_error(cfg: Config) -> ConfigError | None:
     if t.name != "hierarchical":
         return None
     variants = [sample_variant(parse_vary(cfg.env.vary), i, cfg.nodes.count, cfg.seed) for i in range(cfg.nodes.count)]
-    assign_edges(t.assign, variants, t.edges, cfg.seed)  # raises on a bad mapping or edge count
+    edge_of = assign_edges(t.assign, variants, t.edges, cfg.seed)  # raises on a bad mapping or edge count
+    bad = attackers(cfg)
+    for e in range(t.edges):
+        mine = [i for i in range(cfg.nodes.count) if edge_of[i] == e]
+        f = cfg.strategy.byzantine if cfg.strategy.byzantine >= 0 else len(bad & set(mine))
+        err = rule_error(cfg, t.edge_rule, len(mine), f, f"nodes of edge {e}") if t.edge_rule != "fedavg" else None
+        if err is not None:
+            return err
+    if t.cloud_rule == "trimmed-mean" and 2 * int(cfg.strategy.trim * t.edges) >= t.edges:
+        return ConfigError("strategy.trim", f"the cloud's trimmed mean of {t.edges} edges at strategy.trim = "
+                                            f"{cfg.strategy.trim:g} leaves none")
     if cfg.strategy.name not in ("fedavg", "fedprox"):
         return ConfigError("strategy.name", f"topology.name = hierarchical with strategy.name = {cfg.strategy.name}: "
                                             "edges and cloud average (FedAvg with strategy.server-lr); use fedavg "
@@ -166,28 +176,35 @@ def robust_error(cfg: Config) -> ConfigError | None:
     """Byzantine settings the chosen rule cannot tolerate, or attackers named wrongly."""
     s = cfg.strategy
     bad = attackers(cfg)  # raises on a malformed attack.nodes
-    n = cfg.nodes_per_round
     f = s.byzantine if s.byzantine >= 0 else len(bad)
-    f_key = "strategy.byzantine" if s.byzantine >= 0 else ("attack.nodes" if cfg.attack.nodes.strip()
-                                                             else "attack.fraction")
     if s.name not in ROBUST_RULES:
         return None
     if cfg.privacy.mode != "off":
         return ConfigError("strategy.name", f"{s.name} with privacy.mode = {cfg.privacy.mode}: the noise is calibrated "
                                             "to the sensitivity of a sum, not of a robust rule")
-    if s.name in ("krum", "multi-krum") and n <= 2 * f + 2:
-        return ConfigError(f_key, f"{s.name} needs nodes per round n > 2f + 2; n = {n}, f = {f} Byzantine nodes")
-    if s.name == "multi-krum" and s.krum_m > n:
-        return ConfigError("strategy.krum-m", f"got {s.krum_m}; at most the {n} nodes per round")
-    if s.name == "median" and 2 * f >= n:
-        return ConfigError(f_key, f"median tolerates fewer than half Byzantine nodes; f = {f} of n = {n}")
-    if s.name == "trimmed-mean":
+    return rule_error(cfg, s.name, cfg.nodes_per_round, f, "nodes per round")
+
+
+def rule_error(cfg: Config, rule: str, n: int, f: int, what: str) -> ConfigError | None:
+    """Whether robust ``rule`` over ``n`` updates (``what`` they are) tolerates ``f`` Byzantine ones."""
+    s = cfg.strategy
+    f_key = "strategy.byzantine" if s.byzantine >= 0 else ("attack.nodes" if cfg.attack.nodes.strip()
+                                                             else "attack.fraction")
+    if rule in ("krum", "multi-krum") and n <= 2 * f + 2:
+        return ConfigError(f_key, f"{rule} needs {what} n > 2f + 2; n = {n}, f = {f} Byzantine nodes")
+    if rule == "multi-krum" and s.krum_m > n:
+        return ConfigError("strategy.krum-m", f"got {s.krum_m}; at most the {n} {what}")
+    if rule == "median" and 2 * f >= n:
+        return ConfigError(f_key, f"median tolerates fewer than half Byzantine nodes; f = {f} of {what} n = {n}")
+    if rule == "trimmed-mean":
         k = int(s.trim * n)
         if 2 * k >= n:
-            return ConfigError("strategy.trim", f"trimming {k} of {n} updates at each end leaves none; lower it")
+            return ConfigError("strategy.trim", f"trimming {k} of {n} updates ({what}) at each end leaves none; "
+                                                "lower it")
         if f > k:
             return ConfigError("strategy.trim", f"trimmed-mean drops {k} updates at each end (strategy.trim = "
-                                                f"{s.trim:g} of {n}) but f = {f} nodes attack; raise strategy.trim")
+                                                f"{s.trim:g} of {what} {n}) but f = {f} nodes attack; raise "
+                                                "strategy.trim")
     return None
 
 

@@ -77,3 +77,39 @@ def test_what_hierarchical_does_not_combine_with_fails_before_round_1(over: dict
     with pytest.raises(ConfigError) as err:
         check({**SMALL, **HIER, **over})
     assert err.value.key == key
+
+
+def _one_round_with_a_liar(over: dict) -> Federation:
+    """Round 1 on 6 nodes in 2 edges; node 0 (edge 0) sends +100 everywhere, the rest +0.01."""
+    fed = Federation(from_run_config({**SMALL, **HIER, "topology.edges": 2, "topology.cloud-every": 2, **over}))
+    fed.begin_round(1)
+    replies = [Reply(n, [w + np.float32(100.0 if n == 0 else 0.01) for w in fed.sent(n)], 256, None, {})
+               for n in fed.select(1)]
+    fed.aggregate(replies, 1)
+    return fed
+
+
+def test_each_tier_uses_its_own_rule() -> None:
+    w0 = flatten(Federation(from_run_config({**SMALL, **HIER})).models[0])
+    plain = _one_round_with_a_liar({})
+    robust = _one_round_with_a_liar({"topology.edge-rule": "median"})
+    # edge 0's FedAvg step takes a third of the liar's +100 (x server-lr 1.5); its median takes +0.01
+    np.testing.assert_allclose(flatten(plain.models[0]) - w0, 1.5 * (100 + 0.02) / 3, rtol=1e-4)
+    np.testing.assert_allclose(flatten(robust.models[0]) - w0, 1.5 * 0.01, atol=1e-5)
+    np.testing.assert_array_equal(flatten(robust.models[1]), flatten(plain.models[1]))  # edge 1 is honest
+    # the cloud: with 3 edges and cloud-rule median, one wild edge does not move the cloud model
+    three = Federation(from_run_config({**SMALL, **HIER, "topology.edges": 3, "topology.cloud-rule": "median"}))
+    base = [flatten(m) for m in three.models]
+    three.models = [unflatten(b + np.float32(s), three.models[0]) for b, s in zip(base, (0.0, 0.1, 50.0), strict=True)]
+    np.testing.assert_allclose(flatten(three.server_model()) - base[0], 0.1, atol=1e-6)
+
+
+@pytest.mark.parametrize(("over", "key"), [
+    ({"topology.edge-rule": "krum", "attack.name": "sign-flip", "attack.nodes": "0"}, "attack.nodes"),
+    ({"topology.edge-rule": "median", "strategy.byzantine": 2}, "strategy.byzantine"),
+    ({"topology.cloud-rule": "trimmed-mean", "strategy.trim": 0.5}, "strategy.trim"),
+])
+def test_per_tier_rules_that_cannot_tolerate_their_attackers_fail_before_round_1(over: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        check({**SMALL, **HIER, "topology.edges": 2, **over})
+    assert err.value.key == key
