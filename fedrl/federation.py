@@ -47,7 +47,7 @@ from fedrl.rl.normalize import Moments
 from fedrl.rl.train import LocalPlan, round_lr, uses_norm
 from fedrl.selection import Selector
 from fedrl.topology.gossip import Mix, Relay, consensus_distance
-from fedrl.topology.hierarchy import assign_edges, cloud_average
+from fedrl.topology.hierarchy import assign_edges, cloud_average, cloud_model
 
 log = logging.getLogger("fedrl")
 
@@ -148,11 +148,8 @@ class Federation:
             return cloud_average(self.node_models(), [1.0] * len(self.models))
         if not self.hier:
             return self.models[0]
-        rule = self.cfg.topology.cloud_rule
-        if rule != "fedavg":  # median / trimmed mean of the edge models (node counts ignored)
-            x = np.stack([flatten(m) for m in self.models])
-            return unflatten(robust_aggregate(rule, x, 0, self.cfg.strategy.trim, 0), self.models[0])
-        return cloud_average(self.models, [self.edge_of.count(e) for e in range(len(self.models))])
+        return cloud_model(self.models, [self.edge_of.count(e) for e in range(len(self.models))],
+                           self.cfg.topology.cloud_rule, self.cfg.strategy.trim)
 
     def begin_round(self, rnd: int) -> None:
         """Make this round's broadcast of every model slot (call once, before ``plan``)."""

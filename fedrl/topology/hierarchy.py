@@ -13,6 +13,9 @@ Node-to-edge assignment (``topology.assign``):
   scaled to [0, 1], so similar environments share an edge; any empty cluster gets the node
   farthest from its centre;
 - an explicit list ``"0,0,1,1,..."`` with one edge index per node.
+
+Each tier has its own rule: ``topology.edge-rule`` for an edge over its nodes' updates (applied
+in ``Federation``), ``topology.cloud-rule`` for the cloud over the edge models (``cloud_model``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedrl.aggregation.robust import robust_aggregate
 from fedrl.errors import ConfigError
 from fedrl.seeding import numpy_rng
 
@@ -82,3 +86,18 @@ def cloud_average(models: Sequence[Sequence[np.ndarray]], weights: Sequence[floa
         for acc, a in zip(out, m, strict=True):
             acc += (w / total) * a.astype(np.float64)
     return [a.astype(np.float32) for a in out]
+
+
+def cloud_model(models: Sequence[Sequence[np.ndarray]], counts: Sequence[int], rule: str, trim: float
+                ) -> list[np.ndarray]:
+    """The cloud's combination of the edge models (``topology.cloud-rule``): ``fedavg`` weighted
+    by the edges' node ``counts``, or the coordinate-wise ``median`` / ``trimmed-mean`` (unweighted)."""
+    if rule == "fedavg":
+        return cloud_average(models, counts)
+    x = np.stack([np.concatenate([np.ravel(a) for a in m]) for m in models])
+    flat = robust_aggregate(rule, x, 0, trim, 0)
+    out, i = [], 0
+    for a in models[0]:
+        out.append(flat[i:i + a.size].reshape(a.shape).astype(np.float32))
+        i += a.size
+    return out
