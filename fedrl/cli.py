@@ -4,6 +4,8 @@
     fedrl check --list                       every key with its default and help
     fedrl run [APP] [SUPERLINK] [flwr run options]   check, then `flwr run ... --stream`
     fedrl central [APP] [--run-config ...]   the centralized baseline, no Flower
+    fedrl export RUN_DIR [--format torchscript|onnx] [--out DIR]
+                                             the run's policy, runnable without fedrl
 
 Flower's SuperLink rejects an undeclared run-config key without naming it; fedrl names
 it and suggests the nearest known key.
@@ -69,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in DEFAULTS.items():
             print(f"{k:<24} {v!r:<28} {HELP[k]}")
         return 0
+    if cmd == "export":
+        return _export(rest)
     if cmd not in ("check", "run", "central"):
         print(f"fedrl: unknown command '{cmd}'\n{USAGE}", file=sys.stderr)
         return 2
@@ -88,6 +92,25 @@ def main(argv: list[str] | None = None) -> int:
         run_centralized(cfg)
         return 0
     return _hand_over(rest, cfg.output_dir)
+
+
+def _export(rest: list[str]) -> int:
+    import argparse
+
+    from fedrl.export import FORMATS, export
+
+    ap = argparse.ArgumentParser(prog="fedrl export")
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--format", default="torchscript", choices=FORMATS)
+    ap.add_argument("--out", type=Path, default=None, help="default: RUN_DIR/export")
+    args = ap.parse_args(rest)
+    try:
+        out = export(args.run_dir, args.format, args.out)
+    except ConfigError as err:
+        print(f"fedrl export: {err}", file=sys.stderr)
+        return 2
+    print(f"fedrl: wrote {out} (policy, policy.json, run_policy.py); try: python {out / 'run_policy.py'}")
+    return 0
 
 
 def _hand_over(rest: list[str], output_dir: str) -> int:

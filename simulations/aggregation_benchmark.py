@@ -5,7 +5,7 @@
 
 (a) topologies: heterogeneous CartPole (8 nodes, pole length 0.4 to 1.2, nodes 1x to 3x slow
     with ``nodes.speed='linspace(1, 3)'``) through ``fedrl run`` (Flower's Simulation Engine, 8
-    SuperNodes, a quarter CPU per ClientApp so all 8 can be in flight: a slow node's sleep must
+    SuperNodes, Ray told of 8 CPUs so all 8 ClientApps can be in flight: a slow node's sleep must
     not hold one of only two workers): star FedAvg, hierarchical (2 edges, cloud every 2
     rounds), gossip on a ring and on the exponential graph, and FedBuff (K = 4). Per run: rounds
     (server steps) and env steps until every variant's eval return reaches 475 (gossip: every
@@ -74,7 +74,7 @@ def topology_run(flower: Flower, out: Path, name: str, rep: int) -> dict:
     shutil.rmtree(out / run, ignore_errors=True)
     rc = _join(CARTPOLE, SLOW, "eval.every=1 eval.episodes=3", f"seed={rep}",
                TOPOLOGIES[name], f"output-dir='{out}' run-name='{run}'")
-    _run(flower, rc, "num-supernodes=8 client-resources-num-cpus=0.25")
+    _run(flower, rc, "num-supernodes=8 init-args-num-cpus=8 client-resources-num-cpus=1")
     summary, rows = _load(out / run)
     target = summary["target_return"]
     hit = next((r for r in rows if r.get("eval_min_return", -np.inf) >= target), None)

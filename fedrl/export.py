@@ -1,0 +1,167 @@
+"""``fedrl export RUN_DIR``: the run's final policy as a file that runs without fedrl.
+
+The exported module takes a float32 batch of raw observations ``[B, obs_dim]`` and returns the
+greedy action the framework's evaluation takes (``ActorCritic.greedy`` after the run's
+observation normalization): int64 indices for discrete actions, the Gaussian mean for
+continuous ones (clip it to your env's bounds, as ``run_policy.py`` and fedrl's evaluation do).
+Normalization statistics are baked in as buffers.
+
+Formats: ``torchscript`` (``policy.pt``, ``torch.jit.load``; TorchScript is deprecated in torch
+2.13 but still loads everywhere torch does) and ``onnx`` (``policy.onnx``; needs the ``onnx``
+package, which fedrl does not install: the command says so and exits 2). Next to the policy go
+``policy.json`` (env id, kwargs, spaces) and ``run_policy.py``, a standalone example that plays
+episodes in the Gymnasium env with only torch (or onnxruntime) and gymnasium installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedrl.errors import ConfigError
+from fedrl.rl.networks import ActorCritic, PolicySpec, set_weights
+from fedrl.rl.normalize import Moments
+
+FORMATS = ("torchscript", "onnx")
+
+
+class GreedyPolicy(nn.Module):
+    """Raw observations -> greedy actions (normalization, actor, argmax or mean)."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(self, model: ActorCritic, moments: Moments | None, clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.actor = model.actor
+        self.discrete = model.spec.action_kind == "discrete"
+        d = model.spec.obs_dim
+        on = moments is not None and moments.count > 0
+        mean = moments.mean if on and moments is not None else np.zeros(d)
+        std = np.sqrt(moments.var + eps) if on and moments is not None else np.ones(d)
+        self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float64))
+        self.register_buffer("std", torch.as_tensor(std, dtype=torch.float64))
+        self.clip = clip
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        # float64 as numpy's normalize computes it, then float32 into the network
+        x = torch.clamp((obs.to(torch.float64) - self.mean) / self.std, -self.clip, self.clip).to(torch.float32)
+        out = self.actor(x)
+        return out.argmax(-1) if self.discrete else out
+
+
+def load_policy(run_dir: Path) -> tuple[GreedyPolicy, dict[str, object]]:
+    """The run's final policy and its description (from config.json and model.npz).
+
+    Raises:
+        ConfigError: naming ``RUN_DIR`` when the folder is not a finished fedrl run.
+    """
+    cfg_file, model_file = run_dir / "config.json", run_dir / "model.npz"
+    if not cfg_file.exists() or not model_file.exists():
+        raise ConfigError("RUN_DIR", f"{run_dir} has no config.json and model.npz: not a finished fedrl run")
+    resolved = json.loads(cfg_file.read_text())
+    p = resolved["policy"]
+    spec = PolicySpec(int(p["obs_dim"]), str(p["action_kind"]), int(p["action_dim"]),  # type: ignore[arg-type]
+                      tuple(int(h) for h in p["hidden"]))
+    with np.load(model_file, allow_pickle=False) as z:
+        weights = [z[f"policy/{name}"] for name in p["weight_names"]]
+        moments = Moments.from_array(z["obs_moments"]) if "obs_moments" in z.files else None
+    model = ActorCritic(spec)
+    set_weights(model, weights)
+    rc = resolved["run_config"]
+    info: dict[str, object] = {"env_id": rc["env.id"], "env_kwargs": rc["env.kwargs"], "obs_dim": spec.obs_dim,
+                               "action_kind": spec.action_kind, "action_dim": spec.action_dim,
+                               "normalized_observations": moments is not None and moments.count > 0}
+    return GreedyPolicy(model, moments).eval(), info
+
+
+def export(run_dir: Path, fmt: str = "torchscript", out: Path | None = None) -> Path:
+    """Write the policy, ``policy.json`` and ``run_policy.py`` into ``out`` (default RUN_DIR/export)."""
+    if fmt not in FORMATS:
+        raise ConfigError("--format", f"got {fmt!r}; one of {', '.join(FORMATS)}")
+    if fmt == "onnx" and importlib.util.find_spec("onnx") is None:
+        raise ConfigError("--format", "onnx export needs the onnx package (pip install onnx onnxscript); it is not "
+                                      "installed here. --format torchscript needs nothing more than torch")
+    policy, info = load_policy(run_dir)
+    out = out or run_dir / "export"
+    out.mkdir(parents=True, exist_ok=True)
+    example = torch.zeros(1, int(info["obs_dim"]))  # type: ignore[call-overload]
+    if fmt == "torchscript":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript; it still works
+            torch.jit.save(torch.jit.trace(policy, example), str(out / "policy.pt"))
+        info["file"] = "policy.pt"
+    else:
+        torch.onnx.export(policy, (example,), str(out / "policy.onnx"), input_names=["obs"], output_names=["action"],
+                          dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}})
+        info["file"] = "policy.onnx"
+    info["format"] = fmt
+    (out / "policy.json").write_text(json.dumps(info, indent=1))
+    (out / "run_policy.py").write_text(_EXAMPLE)
+    return out
+
+
+_EXAMPLE = '''"""Play the exported fedrl policy in its Gymnasium env; needs torch (or onnxruntime) and gymnasium only.
+
+    python run_policy.py [--episodes 5] [--seed 0]
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+here = Path(__file__).resolve().parent
+info = json.loads((here / "policy.json").read_text())
+ap = argparse.ArgumentParser()
+ap.add_argument("--episodes", type=int, default=5)
+ap.add_argument("--seed", type=int, default=0)
+args = ap.parse_args()
+
+if info["format"] == "torchscript":
+    import torch
+
+    policy = torch.jit.load(str(here / info["file"]))
+
+    def act(obs):
+        with torch.no_grad():
+            return policy(torch.as_tensor(obs, dtype=torch.float32)[None]).numpy()[0]
+else:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(here / info["file"]))
+
+    def act(obs):
+        return session.run(None, {"obs": np.asarray(obs, np.float32)[None]})[0][0]
+
+kwargs = {}
+for item in filter(None, (s.strip() for s in info["env_kwargs"].split(";"))):
+    key, value = (s.strip() for s in item.split("=", 1))
+    kwargs[key] = {"true": True, "false": False}.get(value.lower(), value)
+    for cast in (int, float):
+        try:
+            kwargs[key] = cast(value)
+            break
+        except ValueError:
+            pass
+env = gym.make(info["env_id"], **kwargs)
+for episode in range(args.episodes):
+    obs, _ = env.reset(seed=args.seed + episode)
+    total, done = 0.0, False
+    while not done:
+        a = act(obs)
+        if info["action_kind"] == "continuous":
+            a = np.clip(a, env.action_space.low, env.action_space.high)
+        obs, reward, terminated, truncated, _ = env.step(a if info["action_kind"] == "continuous" else int(a))
+        total += float(reward)
+        done = terminated or truncated
+    print(f"episode {episode}: return {total:.1f}")
+'''

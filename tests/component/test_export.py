@@ -1,0 +1,69 @@
+"""``fedrl export``: the exported policy acts as the framework's, and its example runs without fedrl."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedrl.centralized import run_centralized
+from fedrl.cli import main
+from fedrl.config import from_run_config
+from fedrl.export import load_policy
+from fedrl.rl.networks import ActorCritic, PolicySpec, set_weights
+from fedrl.rl.normalize import Moments, normalize
+
+RUNS = {
+    "cartpole": {"nodes.count": 2, "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},
+    "pendulum": {"env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)", "nodes.count": 2,
+                 "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},  # normalized observations
+}
+
+
+def _framework_actions(run: Path, obs: np.ndarray) -> np.ndarray:
+    resolved = json.loads((run / "config.json").read_text())["policy"]
+    spec = PolicySpec(resolved["obs_dim"], resolved["action_kind"], resolved["action_dim"], tuple(resolved["hidden"]))
+    model = ActorCritic(spec)
+    with np.load(run / "model.npz") as z:
+        set_weights(model, [z[f"policy/{n}"] for n in resolved["weight_names"]])
+        m = Moments.from_array(z["obs_moments"]) if "obs_moments" in z.files else None
+    x = normalize(obs, m) if m is not None else obs.astype(np.float32)
+    with torch.inference_mode():
+        return model.greedy(torch.as_tensor(x)).numpy()
+
+
+@pytest.mark.parametrize("env", ["cartpole", "pendulum"])
+def test_the_exported_policy_chooses_the_frameworks_actions_on_1000_observations(env: str, tmp_path: Path) -> None:
+    run_centralized(from_run_config({**RUNS[env], "output-dir": str(tmp_path), "run-name": "r"}))
+    run = tmp_path / "r"
+    assert main(["export", str(run)]) == 0
+    policy = torch.jit.load(str(run / "export" / "policy.pt"))
+    info = json.loads((run / "export" / "policy.json").read_text())
+    assert info["normalized_observations"] == (env == "pendulum")
+    obs = np.random.default_rng(0).normal(0, 2, (1000, info["obs_dim"])).astype(np.float32)
+    with torch.no_grad():
+        exported = policy(torch.as_tensor(obs)).numpy()
+    ours = _framework_actions(run, obs)
+    if env == "cartpole":
+        np.testing.assert_array_equal(exported, ours)
+        assert 0 < ours.mean() < 1  # both actions occur: the comparison is not vacuous
+    else:
+        np.testing.assert_allclose(exported, ours, rtol=1e-6, atol=1e-6)
+    # the example plays the env with torch and gymnasium only: importing fedrl fails inside it
+    script = f"import runpy, sys; sys.modules['fedrl'] = None; sys.argv = ['run_policy.py', '--episodes', '2']; " \
+             f"runpy.run_path({str(run / 'export' / 'run_policy.py')!r}, run_name='__main__')"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0 and out.stdout.count("return") == 2, out.stderr[-2000:]
+
+
+def test_export_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    assert main(["export", str(tmp_path)]) == 2  # not a run folder
+    run_centralized(from_run_config({**RUNS["cartpole"], "output-dir": str(tmp_path), "run-name": "r"}))
+    onnx_missing = __import__("importlib.util").util.find_spec("onnx") is None
+    assert main(["export", str(tmp_path / "r"), "--format", "onnx"]) == (2 if onnx_missing else 0)
+    assert load_policy(tmp_path / "r")[1]["env_id"] == "CartPole-v1"
