@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from flwr.app import Context, Message
 
-from fedrl import speed
+from fedrl import durable, speed
 from fedrl.attacks import attack_update, attackers
 from fedrl.compression import ef21
 from fedrl.compression.downlink import receive
@@ -49,6 +51,8 @@ from fedrl.topology.gossip import Mix
 
 if TYPE_CHECKING:
     from fedrl.privacy.dpsgd import SampleDP
+
+log = logging.getLogger("fedrl")
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,8 @@ def handle_train(msg: Message, context: Context) -> Message:
     if setup_sa is not None and not secure_client.has_keys(context, plan.node):
         raise codec.WireError(f"node {plan.node} holds no secure-aggregation keys for this round")
     state = codec.load_node_state(context.state, plan.node)
+    if not state.arrays:  # a restarted SuperNode: its durable copy, if any (state-dir)
+        state = _durable_state(context, plan.node)
     kept: dict[str, np.ndarray] = {}
     if isinstance(dl, Mix):  # gossip: own model (from state) mixed with the neighbours' the server relayed
         weights = gossip.receive(dl, state.arrays, su.template)
@@ -126,7 +132,7 @@ def handle_train(msg: Message, context: Context) -> Message:
         if su.privacy.adaptive:
             metrics["clip_below"] = float(below)  # noised by the server before use (central mode only)
     if setup_sa is not None:  # secure aggregation: reply with encrypted shares; the update stays here, masked later
-        codec.store_node_state(context.state, plan.node, NodeState(kept))
+        _store(context, plan.node, plan.round, NodeState(kept))
         content = secure_client.start(cfg, context, plan.node, plan.round, plan_cr, setup_sa, delta, res.env_steps,
                                       metrics, su.privacy)
         return Message(content, reply_to=msg)
@@ -144,10 +150,37 @@ def handle_train(msg: Message, context: Context) -> Message:
             update, residual = compress(delta / scale, su.up, rng, state.arrays.get(RESIDUAL_KEY))
             if residual is not None:
                 kept[RESIDUAL_KEY] = residual
-    codec.store_node_state(context.state, plan.node, NodeState(kept))
+    _store(context, plan.node, plan.round, NodeState(kept))
     reply = Reply(plan.node, [] if update is not None else trained, res.env_steps, res.obs_moments,
                   metrics, update, ef_base)
     return Message(codec.encode_reply(reply), reply_to=msg)
+
+
+def _state_file(context: Context, node: int) -> tuple[Path, str] | None:
+    d = context.node_config.get("state-dir")
+    if not d:
+        return None
+    return durable.state_path(str(d), node), durable.fingerprint(context.run_id, dict(context.run_config))
+
+
+def _durable_state(context: Context, node: int) -> NodeState:
+    where = _state_file(context, node)
+    if where is None:
+        return NodeState.empty()
+    arrays, rnd, why = durable.load(*where)
+    if why is not None:
+        log.warning("node %d: %s", node, why)
+    elif arrays is not None:
+        log.info("node %d: resumed its state saved after round %d from %s", node, rnd, where[0])
+    return NodeState(arrays or {})
+
+
+def _store(context: Context, node: int, rnd: int, ns: NodeState) -> None:
+    """Keep the node's state in ``context.state`` and, with ``state-dir``, on disk."""
+    codec.store_node_state(context.state, node, ns)
+    where = _state_file(context, node)
+    if where is not None:
+        durable.save(where[0], where[1], rnd, ns.arrays)
 
 
 def handle_query(msg: Message, context: Context) -> Message:

@@ -1,0 +1,46 @@
+"""Durable node state: atomic round trip, bound to the run, corrupt or foreign files ignored with a reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from fedrl import durable
+
+STATE = {"adam.step": np.asarray([12], np.int64), "ef.residual": np.arange(5, dtype=np.float32)}
+
+
+def test_round_trip_keeps_arrays_and_round(tmp_path: Path) -> None:
+    ident = durable.fingerprint(7, {"seed": 0, "nodes.count": 8})
+    path = durable.state_path(tmp_path / "state", 3)
+    durable.save(path, ident, 4, STATE)
+    arrays, rnd, why = durable.load(path, ident)
+    assert why is None and rnd == 4 and arrays is not None and sorted(arrays) == sorted(STATE)
+    np.testing.assert_array_equal(arrays["ef.residual"], STATE["ef.residual"])
+    assert [p.name for p in path.parent.iterdir()] == ["fedrl-node3.npz"]  # no temporary left behind
+
+
+def test_no_file_is_a_fresh_start_without_a_warning(tmp_path: Path) -> None:
+    assert durable.load(tmp_path / "fedrl-node0.npz", "x") == (None, 0, None)
+
+
+def test_another_run_or_config_is_not_reused(tmp_path: Path) -> None:
+    path = durable.state_path(tmp_path, 0)
+    durable.save(path, durable.fingerprint(7, {"seed": 0}), 2, STATE)
+    for other in (durable.fingerprint(8, {"seed": 0}), durable.fingerprint(7, {"seed": 1})):
+        arrays, _, why = durable.load(path, other)
+        assert arrays is None and why is not None and "another run or config" in why
+
+
+def test_a_corrupt_file_is_reported_and_ignored(tmp_path: Path) -> None:
+    ident = durable.fingerprint(1, {})
+    path = durable.state_path(tmp_path, 0)
+    durable.save(path, ident, 1, STATE)
+    path.write_bytes(path.read_bytes()[:40])  # truncated mid-write by something other than us
+    arrays, _, why = durable.load(path, ident)
+    assert arrays is None and why is not None and "unreadable" in why
+    path.write_bytes(b"not an npz at all")
+    assert durable.load(path, ident)[2] is not None
+    durable.save(path, ident, 2, STATE)  # the next save replaces it
+    assert durable.load(path, ident)[1] == 2
