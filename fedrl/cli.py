@@ -6,6 +6,8 @@
     fedrl central [APP] [--run-config ...]   the centralized baseline, no Flower
     fedrl export RUN_DIR [--format torchscript|onnx] [--out DIR]
                                              the run's policy, runnable without fedrl
+    fedrl certs --out DIR --host HOST --nodes N
+                                             development TLS certificates and SuperNode keys
 
 Flower's SuperLink rejects an undeclared run-config key without naming it; fedrl names
 it and suggests the nearest known key.
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if cmd == "export":
         return _export(rest)
+    if cmd == "certs":
+        return _certs(rest)
     if cmd not in ("check", "run", "central"):
         print(f"fedrl: unknown command '{cmd}'\n{USAGE}", file=sys.stderr)
         return 2
@@ -110,6 +114,26 @@ def _export(rest: list[str]) -> int:
         print(f"fedrl export: {err}", file=sys.stderr)
         return 2
     print(f"fedrl: wrote {out} (policy, policy.json, run_policy.py); try: python {out / 'run_policy.py'}")
+    return 0
+
+
+def _certs(rest: list[str]) -> int:
+    import argparse
+
+    from fedrl.certs import commands, make
+
+    ap = argparse.ArgumentParser(prog="fedrl certs")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--host", required=True, help="the address SuperNodes dial (IP or DNS name)")
+    ap.add_argument("--nodes", type=int, default=2, help="SuperNode key pairs to create")
+    args = ap.parse_args(rest)
+    try:
+        files = make(args.out, args.host, args.nodes)
+    except ConfigError as err:
+        print(f"fedrl certs: {err}", file=sys.stderr)
+        return 2
+    print(f"fedrl: wrote {len(files)} files to {args.out} (private keys 0600; keep ca.key off the nodes)\n")
+    print(commands(args.out, args.host, args.nodes))
     return 0
 
 
