@@ -8,14 +8,19 @@ composition instead of starting a fresh accountant.
 
 from __future__ import annotations
 
-from opacus.accountants import PRVAccountant, RDPAccountant
-from opacus.accountants.accountant import IAccountant
-from opacus.accountants.utils import get_noise_multiplier
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from opacus.accountants.accountant import IAccountant
 
 ACCOUNTANTS = ("rdp", "prv")
+# Opacus is imported where it is used, not here: it costs ~1.5 s, and a ClientApp (a fresh process
+# per message in deployment) imports this module whether or not the run is private.
 
 
 def _make(kind: str) -> IAccountant:
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
     if kind == "rdp":
         return RDPAccountant()
     if kind == "prv":
@@ -37,6 +42,8 @@ def noise_for_target(target_epsilon: float, delta: float, q: float, steps: int, 
     Raises:
         ValueError: if no noise multiplier up to Opacus' limit reaches the target.
     """
+    from opacus.accountants.utils import get_noise_multiplier
+
     return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=q,
                                       steps=steps, accountant=kind, epsilon_tolerance=0.01))
 

@@ -34,7 +34,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from opacus.accountants.analysis.rdp import get_privacy_spent
 
 from fedrl.privacy.accounting import History
 
@@ -90,6 +89,8 @@ def skellam_epsilon(mus: list[tuple[float, int]], l1: float, l2: float, delta: f
     rdp = [sum(n * skellam_rdp(a, mu, l1, l2) for mu, n in mus) for a in ORDERS]
     with warnings.catch_warnings():  # "optimal order is the smallest": the bound holds for integer orders only
         warnings.simplefilter("ignore", UserWarning)
+        from opacus.accountants.analysis.rdp import get_privacy_spent  # lazily: see fedrl.privacy.accounting
+
         eps, _ = get_privacy_spent(orders=list(ORDERS), rdp=rdp, delta=delta)
     return float(eps)
 
