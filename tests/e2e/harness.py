@@ -71,9 +71,10 @@ class LocalFlower:
         }
 
     def run(self, app: Path, overrides: str, supernodes: int = 2, timeout: float = 480, cwd: Path | None = None,
-            ) -> subprocess.CompletedProcess[str]:
+            federation: str = "") -> subprocess.CompletedProcess[str]:
+        """``flwr run --stream``; ``federation`` adds Flower federation-config settings."""
         cmd = [str(BIN / "flwr"), "run", str(app), "--stream", "--run-config", overrides,
-               "--federation-config", f"num-supernodes={supernodes}"]
+               "--federation-config", f"num-supernodes={supernodes} {federation}".strip()]
         return subprocess.run(cmd, env=self.env, cwd=cwd or app, capture_output=True, text=True, timeout=timeout, check=False)
 
     def popen(self, app: Path, overrides: str, supernodes: int = 2, cwd: Path | None = None) -> subprocess.Popen[str]:
