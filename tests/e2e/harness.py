@@ -7,6 +7,7 @@ with its whole session, and any SuperLink/SuperNode it launched itself.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -76,6 +77,16 @@ class LocalFlower:
         cmd = [str(BIN / "flwr"), "run", str(app), "--stream", "--run-config", overrides,
                "--federation-config", f"num-supernodes={supernodes} {federation}".strip()]
         return subprocess.run(cmd, env=self.env, cwd=cwd or app, capture_output=True, text=True, timeout=timeout, check=False)
+
+    def solve(self, overrides: str, out: Path, name: str, **kw: object) -> tuple[dict, list[dict]]:
+        """Run the app into ``out/name`` and check that it solved every variant (>= 475, CartPole);
+        return its summary and metrics rows."""
+        res = self.run(REPO, f"{overrides} output-dir='{out}' run-name='{name}'", **kw)  # type: ignore[arg-type]
+        folder = out / name
+        assert (folder / "summary.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["solved"] and summary["eval_min_return"] >= 475, summary["eval"]
+        return summary, [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
 
     def popen(self, app: Path, overrides: str, supernodes: int = 2, cwd: Path | None = None) -> subprocess.Popen[str]:
         cmd = [str(BIN / "flwr"), "run", str(app), "--stream", "--run-config", overrides,

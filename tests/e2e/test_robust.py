@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -36,10 +35,6 @@ def test_one_sign_flipper_moves_fedavg_far_and_krum_not(flower: LocalFlower, tmp
 
 def test_fedadam_solves_heterogeneous_cartpole(flower: LocalFlower, tmp_path: Path) -> None:
     """FedAdam (Reddi et al. 2021) with the settings docs/aggregation.md measured."""
-    out = tmp_path / "runs"
-    res = flower.run(REPO, "strategy.name='fedadam' strategy.server-lr=0.05 strategy.tau=0.01 strategy.beta2=0.999 "
-                           f"eval.episodes=3 eval.stop-at-target=true output-dir='{out}' run-name='a'", timeout=900)
-    assert (out / "a" / "summary.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
-    summary = json.loads((out / "a" / "summary.json").read_text())
-    assert summary["solved"] and summary["eval_min_return"] >= 475, summary["eval"]
-    assert (out / "a" / "checkpoint.npz").exists()
+    flower.solve("strategy.name='fedadam' strategy.server-lr=0.05 strategy.tau=0.01 strategy.beta2=0.999 "
+                 "eval.episodes=3 eval.stop-at-target=true", tmp_path / "runs", "a", timeout=900)
+    assert (tmp_path / "runs" / "a" / "checkpoint.npz").exists()

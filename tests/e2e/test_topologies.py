@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import REPO, LocalFlower
+from tests.e2e.harness import LocalFlower
 
 pytestmark = pytest.mark.slow
 
 
 def test_hierarchical_solves_heterogeneous_cartpole_and_counts_the_cloud_tier(flower: LocalFlower,
                                                                               tmp_path: Path) -> None:
-    out = tmp_path / "runs"
-    res = flower.run(REPO, "topology.name='hierarchical' topology.edges=2 topology.cloud-every=2 eval.every=2 "
-                           f"eval.episodes=3 eval.stop-at-target=true output-dir='{out}' run-name='h'", timeout=900)
-    assert (out / "h" / "summary.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
-    summary = json.loads((out / "h" / "summary.json").read_text())
-    assert summary["solved"] and summary["eval_min_return"] >= 475, summary["eval"]
-    rows = [json.loads(x) for x in (out / "h" / "metrics.jsonl").read_text().splitlines()]
+    summary, rows = flower.solve("topology.name='hierarchical' topology.edges=2 topology.cloud-every=2 eval.every=2 "
+                                 "eval.episodes=3 eval.stop-at-target=true", tmp_path / "runs", "h", timeout=900)
     # every second round each of the 2 edges sends its model up and gets the cloud's back (float32)
     assert all(r["bytes_cloud"] == (r["round"] // 2) * 2 * 2 * 4 * 9155 for r in rows), rows
     assert summary["bytes_cloud_total"] == rows[-1]["bytes_cloud"]
@@ -30,13 +24,8 @@ def test_hierarchical_solves_heterogeneous_cartpole_and_counts_the_cloud_tier(fl
 @pytest.mark.parametrize("graph", ["ring", "exponential"])
 def test_gossip_solves_heterogeneous_cartpole_on_every_node(flower: LocalFlower, tmp_path: Path, graph: str) -> None:
     """No global model: the worst node's mixed model, on its own variant, reaches 475."""
-    out = tmp_path / "runs"
-    res = flower.run(REPO, f"topology.name='gossip' topology.graph='{graph}' eval.episodes=3 eval.stop-at-target=true "
-                           f"output-dir='{out}' run-name='g'", timeout=900)
-    assert (out / "g" / "summary.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
-    summary = json.loads((out / "g" / "summary.json").read_text())
-    assert summary["solved"] and summary["eval_min_return"] >= 475, summary["eval"]
-    rows = [json.loads(x) for x in (out / "g" / "metrics.jsonl").read_text().splitlines()]
+    summary, rows = flower.solve(f"topology.name='gossip' topology.graph='{graph}' eval.episodes=3 "
+                                 "eval.stop-at-target=true", tmp_path / "runs", "g", timeout=900)
     assert all(r["consensus_distance"] >= 0 for r in rows) and len(summary["eval_cross"]) == 8
     # each round every node gets its neighbours' float32 models: at least degree x 9,155 x 4 bytes
     degree = {"ring": 2, "exponential": 5}[graph]
@@ -45,14 +34,9 @@ def test_gossip_solves_heterogeneous_cartpole_on_every_node(flower: LocalFlower,
 
 def test_fedbuff_solves_heterogeneous_cartpole_with_slow_nodes(flower: LocalFlower, tmp_path: Path) -> None:
     """No round barrier: 8 SuperNodes, nodes 1.0x to 2.0x slow, a server step every 4 updates."""
-    out = tmp_path / "runs"
-    res = flower.run(REPO, "strategy.name='fedbuff' strategy.buffer=4 nodes.speed='linspace(1, 2)' "
-                           "num-server-rounds=60 eval.every=2 eval.episodes=3 eval.stop-at-target=true "
-                           f"output-dir='{out}' run-name='b'", supernodes=8, timeout=900)
-    assert (out / "b" / "summary.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
-    summary = json.loads((out / "b" / "summary.json").read_text())
-    assert summary["solved"] and summary["eval_min_return"] >= 475, summary["eval"]
-    rows = [json.loads(x) for x in (out / "b" / "metrics.jsonl").read_text().splitlines()]
+    summary, rows = flower.solve("strategy.name='fedbuff' strategy.buffer=4 nodes.speed='linspace(1, 2)' "
+                                 "num-server-rounds=60 eval.every=2 eval.episodes=3 eval.stop-at-target=true",
+                                 tmp_path / "runs", "b", supernodes=8, timeout=900)
     assert all(len(r["nodes_trained"]) == 4 == len(r["staleness"]) for r in rows)
     assert any(t > 0 for r in rows for t in r["staleness"])  # updates did land on newer versions
     assert summary["env_steps_total"] >= 4 * 1024 * len(rows)
