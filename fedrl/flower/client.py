@@ -11,7 +11,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -87,7 +87,7 @@ def setup(context: Context) -> Setup:
 
 
 def handle_train(msg: Message, context: Context) -> Message:
-    torch.set_num_threads(1)  # one core per node; the engine runs nodes in parallel
+    torch.set_num_threads(threads(context.node_config))
     su = setup(context)
     cfg = su.cfg
     plan, dl = codec.decode_plan(msg.content)
@@ -154,6 +154,15 @@ def handle_train(msg: Message, context: Context) -> Message:
     reply = Reply(plan.node, [] if update is not None else trained, res.env_steps, res.obs_moments,
                   metrics, update, ef_base)
     return Message(codec.encode_reply(reply), reply_to=msg)
+
+
+def threads(node_config: Mapping[str, object]) -> int:
+    """Torch threads for local training: the SuperNode's ``--node-config threads=N`` (a device's
+    cores), default 1 (the Simulation Engine runs nodes side by side, one core each)."""
+    v = node_config.get("threads", 1)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"node config threads must be an int >= 1, got {v!r}")
+    return v
 
 
 def _state_file(context: Context, node: int) -> tuple[Path, str] | None:

@@ -15,3 +15,14 @@ def test_the_client_app_does_not_import_opacus_scipy_or_plotting() -> None:
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                          check=False)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_torch_threads_come_from_the_node_config() -> None:
+    import pytest
+
+    from fedrl.flower.client import threads
+
+    assert threads({}) == 1 and threads({"threads": 4}) == 4
+    for bad in (0, -2, 1.5, "4", True):
+        with pytest.raises(ValueError, match="threads"):
+            threads({"threads": bad})
