@@ -26,14 +26,13 @@ import json
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import BIN, REPO, Flower, _join
+from benchmark import REPO, Flower, _join
 from compression_benchmark import _fedrl, _load
 
 SLOW = "nodes.speed='linspace(1, 3)'"
@@ -54,13 +53,6 @@ RULES: dict[str, str] = {
 ATTACKERS = [9, 4, 1]  # the first f of these attack
 
 
-def _run(flower: Flower, rc: str, federation: str, timeout: float = 3600) -> None:
-    cmd = [str(BIN / "fedrl"), "run", str(REPO), "--run-config", rc, "--federation-config", federation]
-    res = subprocess.run(cmd, env=flower.env, capture_output=True, text=True, cwd=REPO, check=False, timeout=timeout)
-    if res.returncode != 0:
-        raise RuntimeError(f"fedrl run failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
-
-
 def _deltas(rows: list[dict], key: str) -> list[float]:
     prev, out = 0, []
     for r in rows:
@@ -74,7 +66,7 @@ def topology_run(flower: Flower, out: Path, name: str, rep: int) -> dict:
     shutil.rmtree(out / run, ignore_errors=True)
     rc = _join(CARTPOLE, SLOW, "eval.every=1 eval.episodes=3", f"seed={rep}",
                TOPOLOGIES[name], f"output-dir='{out}' run-name='{run}'")
-    _run(flower, rc, "num-supernodes=8 init-args-num-cpus=8 client-resources-num-cpus=1")
+    _fedrl(flower, rc, 8, federation="init-args-num-cpus=8")
     summary, rows = _load(out / run)
     target = summary["target_return"]
     hit = next((r for r in rows if r.get("eval_min_return", -np.inf) >= target), None)

@@ -45,9 +45,10 @@ KNOBS = "compression.bits=8 compression.fraction=0.01 compression.levels=16"
 PARAMS_B = 103_715  # parameters of the 224x224 CartPole actor-critic
 
 
-def _fedrl(flower: Flower, rc: str, supernodes: int, timeout: float = 3600) -> None:
+def _fedrl(flower: Flower, rc: str, supernodes: int, timeout: float = 3600, federation: str = "") -> None:
+    """``fedrl run`` with one CPU per ClientApp; ``federation`` adds federation-config settings."""
     cmd = [str(BIN / "fedrl"), "run", str(REPO), "--run-config", rc,
-           "--federation-config", f"num-supernodes={supernodes} client-resources-num-cpus=1"]
+           "--federation-config", f"num-supernodes={supernodes} client-resources-num-cpus=1 {federation}".strip()]
     res = subprocess.run(cmd, env=flower.env, capture_output=True, text=True, cwd=REPO, check=False,
                          timeout=timeout)
     if res.returncode != 0:
