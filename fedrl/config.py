@@ -182,7 +182,10 @@ class SelectionConfig:
 class RoundConfig:
     deadline_s: float = opt("round.deadline-s", 0.0,
                             "a train reply later than this many seconds after its plan went out is dropped from "
-                            "the round (0: wait up to nodes.reply-timeout-s)", _non_negative)
+                            "the round (0: wait up to round.timeout-s)", _non_negative)
+    timeout_s: float = opt("round.timeout-s", 600.0,
+                           "a node silent this long after its plan went out (a straggler, a dead SuperNode) is "
+                           "dropped from the round and logged; the round goes on with the replies it has", _positive)
 
 
 @dataclass(frozen=True)
@@ -305,7 +308,6 @@ class PrivacyConfig:
 class NodesConfig:
     count: int = opt("nodes.count", 8, "federation size: one environment variant per node", _positive)
     wait_s: float = opt("nodes.wait-s", 120.0, "how long the server waits for nodes to connect", _positive)
-    reply_timeout_s: float = opt("nodes.reply-timeout-s", 600.0, "per-round reply timeout", _positive)
     dropout_prob: float = opt("nodes.dropout-prob", 0.0,
                               "experiments: probability that a node fails to answer, seeded by (seed, round, node)",
                               _unit_closed)
@@ -401,7 +403,12 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
     raise TypeError(f"unsupported config type {typ} for {key}")
 
 
+RENAMED = {"nodes.reply-timeout-s": "round.timeout-s"}
+
+
 def unknown_key_error(key: str) -> ConfigError:
+    if key in RENAMED:
+        return ConfigError(key, f"renamed to '{RENAMED[key]}'")
     close = difflib.get_close_matches(key, list(DEFAULTS), n=1, cutoff=0.5)
     hint = f"; did you mean '{close[0]}'?" if close else "; run `fedrl check --list` for all keys"
     return ConfigError(key, f"unknown run-config key{hint}")

@@ -15,6 +15,7 @@ has one normalization that matches the data it was trained on across all variant
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,7 @@ class Federation:
         self.moments: list[Moments | None] = [Moments.empty(dim) if self.obs_on else None for _ in range(n_models)]
         self.selector = Selector(cfg)
         self.round = 0
+        self.run_uid = secrets.token_hex(8)  # kept in the checkpoint: a resumed run is the same run
         self.env_steps = 0
         self.bytes_up = 0
         self.bytes_down = 0
@@ -168,7 +170,7 @@ class Federation:
         mu = s.proximal_mu if s.name == "fedprox" else 0.0
         ef_base = self.ef21.base(node) if self.ef21 is not None else -1
         p = LocalPlan(node, rnd, self.cfg.num_server_rounds, self.cfg.seed, mu, self.moments[self.slot(node)], ef_base,
-                      self.clip)
+                      self.clip, self.run_uid)
         if self.gossip is not None:
             return p, self.gossip.plan(node, rnd, self.models, self.holds.get(node))
         return p, self.casts[self.slot(node)].downlink(self.holds.get(node))
@@ -422,7 +424,7 @@ class Federation:
                 "bytes_down": self.bytes_down, "wall_time_s": self.wall_time_s + (time.time() - started),
                 "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
                 "bcast_round": [c.round for c in self.casts],
-                "bytes_cloud": self.bytes_cloud, **dp_meta}
+                "bytes_cloud": self.bytes_cloud, "run_uid": self.run_uid, **dp_meta}
         meta["selection"] = self.selector.to_meta()
         if self.gossip is not None:
             meta["gossip_trained"] = list(self.gossip.trained)
@@ -450,6 +452,7 @@ class Federation:
             self.dp.load_checkpoint(ck.meta, ck.arrays)
         self.server_opt.load_arrays(ck.arrays)
         self.round = int(ck.meta["round"])
+        self.run_uid = str(ck.meta.get("run_uid", self.run_uid))
         self.env_steps = int(ck.meta["env_steps"])
         self.bytes_up = int(ck.meta["bytes_up"])
         self.bytes_down = int(ck.meta["bytes_down"])

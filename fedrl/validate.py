@@ -168,7 +168,7 @@ def selection_error(cfg: Config) -> ConfigError | None:
                                                "aggregation already treats a late node as a dropout at its stage")
     if d > 0 and cfg.strategy.name in ASYNC_RULES:
         return ConfigError("round.deadline-s", f"strategy.name = {cfg.strategy.name} has no rounds to be late "
-                                               "for; nodes.reply-timeout-s bounds a node's silence")
+                                               "for; round.timeout-s bounds a node's silence")
     return None
 
 

@@ -8,7 +8,7 @@ rule says so (``Federation.receive_async``). A "round" in metrics.jsonl is one s
 A node is not sent the same version twice: once it has trained from version v it waits for
 v + 1. When every node has trained from the current version and nothing is in flight (some
 replies failed), FedBuff steps with what it has, or the version passes unchanged, with a log line.
-A node silent past ``nodes.reply-timeout-s`` is counted failed and may be sent work again.
+A node silent past ``round.timeout-s`` is counted failed and may be sent work again.
 """
 
 from __future__ import annotations
@@ -110,10 +110,10 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
             break
         now = time.monotonic()
         for mid, (node, version, sent) in list(inflight.items()):
-            if now - sent > cfg.nodes.reply_timeout_s:
+            if now - sent > cfg.round.timeout_s:
                 del inflight[mid]
                 fed.asyn.versions.release(version)
-                cur.failed[node] = "no reply before nodes.reply-timeout-s"
+                cur.failed[node] = "no reply before round.timeout-s"
                 trained_from.pop(node, None)  # may be sent work again
-                log.warning("round %d: node %d left out: no reply before nodes.reply-timeout-s", fed.round + 1, node)
+                log.warning("round %d: node %d left out: no reply before round.timeout-s", fed.round + 1, node)
         time.sleep(_POLL_S)

@@ -44,7 +44,7 @@ from fedrl.flower import codec, secure_client, secure_codec
 from fedrl.privacy.node import PRIVATE_METRICS, privatize
 from fedrl.privacy.plan import PrivacyPlan, plan_for, sample_plan
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights
-from fedrl.rl.train import NodeState, train_locally
+from fedrl.rl.train import LocalPlan, NodeState, train_locally
 from fedrl.seeding import ATTACK, numpy_rng
 from fedrl.topology import gossip
 from fedrl.topology.gossip import Mix
@@ -100,7 +100,7 @@ def handle_train(msg: Message, context: Context) -> Message:
         raise codec.WireError(f"node {plan.node} holds no secure-aggregation keys for this round")
     state = codec.load_node_state(context.state, plan.node)
     if not state.arrays:  # a restarted SuperNode: its durable copy, if any (state-dir)
-        state = _durable_state(context, plan.node)
+        state = _durable_state(context, plan)
     kept: dict[str, np.ndarray] = {}
     if isinstance(dl, Mix):  # gossip: own model (from state) mixed with the neighbours' the server relayed
         weights = gossip.receive(dl, state.arrays, su.template)
@@ -132,7 +132,7 @@ def handle_train(msg: Message, context: Context) -> Message:
         if su.privacy.adaptive:
             metrics["clip_below"] = float(below)  # noised by the server before use (central mode only)
     if setup_sa is not None:  # secure aggregation: reply with encrypted shares; the update stays here, masked later
-        _store(context, plan.node, plan.round, NodeState(kept))
+        _store(context, plan, NodeState(kept))
         content = secure_client.start(cfg, context, plan.node, plan.round, plan_cr, setup_sa, delta, res.env_steps,
                                       metrics, su.privacy)
         return Message(content, reply_to=msg)
@@ -150,7 +150,7 @@ def handle_train(msg: Message, context: Context) -> Message:
             update, residual = compress(delta / scale, su.up, rng, state.arrays.get(RESIDUAL_KEY))
             if residual is not None:
                 kept[RESIDUAL_KEY] = residual
-    _store(context, plan.node, plan.round, NodeState(kept))
+    _store(context, plan, NodeState(kept))
     reply = Reply(plan.node, [] if update is not None else trained, res.env_steps, res.obs_moments,
                   metrics, update, ef_base)
     return Message(codec.encode_reply(reply), reply_to=msg)
@@ -165,18 +165,20 @@ def threads(node_config: Mapping[str, object]) -> int:
     return v
 
 
-def _state_file(context: Context, node: int) -> tuple[Path, str] | None:
+def _state_file(context: Context, plan: LocalPlan) -> tuple[Path, str] | None:
     d = context.node_config.get("state-dir")
     if not d:
         return None
-    return durable.state_path(str(d), node), durable.fingerprint(context.run_id, dict(context.run_config))
+    run = plan.run_uid or f"flower-run-{context.run_id}"
+    return durable.state_path(str(d), plan.node), durable.fingerprint(run, dict(context.run_config))
 
 
-def _durable_state(context: Context, node: int) -> NodeState:
-    where = _state_file(context, node)
+def _durable_state(context: Context, plan: LocalPlan) -> NodeState:
+    node = plan.node
+    where = _state_file(context, plan)
     if where is None:
         return NodeState.empty()
-    arrays, rnd, why = durable.load(*where)
+    arrays, rnd, why = durable.load(*where, before=plan.round)
     if why is not None:
         log.warning("node %d: %s", node, why)
     elif arrays is not None:
@@ -184,12 +186,12 @@ def _durable_state(context: Context, node: int) -> NodeState:
     return NodeState(arrays or {})
 
 
-def _store(context: Context, node: int, rnd: int, ns: NodeState) -> None:
+def _store(context: Context, plan: LocalPlan, ns: NodeState) -> None:
     """Keep the node's state in ``context.state`` and, with ``state-dir``, on disk."""
-    codec.store_node_state(context.state, node, ns)
-    where = _state_file(context, node)
+    codec.store_node_state(context.state, plan.node, ns)
+    where = _state_file(context, plan)
     if where is not None:
-        durable.save(where[0], where[1], rnd, ns.arrays)
+        durable.save(where[0], where[1], plan.round, ns.arrays)
 
 
 def handle_query(msg: Message, context: Context) -> Message:

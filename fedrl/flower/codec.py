@@ -33,7 +33,7 @@ _STATE_PREFIX = "fedrl.node"
 
 # Per-node training metrics the server records (metrics.jsonl); the rest stay on the node.
 # clip_below: DP adaptive clipping's bit; dpsgd_epsilon: the node's sample-level ε (a function of its step count)
-REPORTED_METRICS = ("train_return", "train_seconds", "clip_below", "dpsgd_epsilon")
+REPORTED_METRICS = ("train_return", "train_seconds", "clip_below", "dpsgd_epsilon", "optimizer_steps")
 PUBLIC_METRICS = ("dpsgd_epsilon",)  # sent even under secure aggregation: they say nothing about the data
 
 
@@ -131,7 +131,7 @@ def encode_plan(plan: LocalPlan, dl: Downlink | Mix) -> RecordDict:
     cr = ConfigRecord({"node": plan.node, "round": plan.round, "total-rounds": plan.total_rounds,
                        "seed": plan.seed, "prox-mu": float(plan.prox_mu),
                        "base-round": dl.base_round if isinstance(dl, Downlink) else -1,
-                       "ef-base": plan.ef_base, "clip": float(plan.clip_norm)})
+                       "ef-base": plan.ef_base, "clip": float(plan.clip_norm), "run": plan.run_uid})
     rec = RecordDict({_PLAN: cr})
     if isinstance(dl, Mix):
         _put_mix(rec, cr, dl)
@@ -152,8 +152,11 @@ def decode_plan(rec: RecordDict) -> tuple[LocalPlan, Downlink | Mix]:
     clip = cr.get("clip", 0.0)
     if not isinstance(clip, float) or not (np.isfinite(clip) and clip >= 0):
         raise WireError("field 'clip' must be a finite float >= 0")
+    run = cr.get("run", "")
+    if not isinstance(run, str):
+        raise WireError("field 'run' must be a string")
     plan = LocalPlan(_int(cr, "node"), _int(cr, "round"), _int(cr, "total-rounds"), _int(cr, "seed"), mu, moments,
-                     _int(cr, "ef-base"), clip)
+                     _int(cr, "ef-base"), clip, run)
     if _MIX_SELF in cr:
         return plan, _get_mix(rec, cr)
     if f"{_DELTA}.name" in cr:

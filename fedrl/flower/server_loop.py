@@ -22,7 +22,7 @@ from fedrl.federation import Federation, Reply
 from fedrl.flower import codec
 from fedrl.flower.async_loop import run_async
 from fedrl.flower.secure_round import KeysAhead, secure_round
-from fedrl.flower.transport import NodeMap, check_reply, discover, exchange, reap_late
+from fedrl.flower.transport import NodeMap, check_reply, discover, exchange, reap_late, rejoin
 from fedrl.privacy.node import dpsgd_field
 from fedrl.results import RunFolder
 from fedrl.rundir import end_round, finish, resolve_run_folder
@@ -37,6 +37,7 @@ def train_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> tuple[lis
     fed.begin_round(rnd)
     deadline = fed.cfg.round.deadline_s
     reap_late(grid, fed, nm)
+    rejoin(grid, nm)
     chosen = fed.select(rnd)
     for node in chosen:
         if nm.busy(node):  # its SuperNode still runs a plan that missed an earlier deadline
@@ -72,6 +73,7 @@ def plain_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str,
         "nodes_trained": sorted(r.node for r in good), "nodes_failed": {str(k): v for k, v in bad.items()},
         "train_returns": {str(r.node): r.metrics.get("train_return") for r in good},
         "train_seconds": {str(r.node): r.metrics.get("train_seconds") for r in good},
+        "optimizer_steps": {str(r.node): r.metrics.get("optimizer_steps") for r in good},
     }
 
 

@@ -33,6 +33,8 @@ class NodeMap:
 
     ids: list[int]
     late: dict[int, tuple[str, float]] = field(default_factory=dict)
+    parts: list[int] = field(default_factory=list)  # the partition id each of ``ids`` announced
+    strangers: set[int] = field(default_factory=set)  # SuperNodes asked once that serve no known partition
 
     def supernode(self, node: int) -> int:
         return self.ids[node % len(self.ids)]
@@ -44,7 +46,7 @@ class NodeMap:
 
 def reap_late(grid: Grid, fed: Federation, nm: NodeMap) -> None:
     """Take back late replies (counted on the wire, then dropped: their round is over) and give up
-    on any silent past ``nodes.reply-timeout-s``."""
+    on any silent past ``round.timeout-s``."""
     if not nm.late:
         return
     by_id = {mid: node for node, (mid, _) in nm.late.items()}
@@ -56,7 +58,7 @@ def reap_late(grid: Grid, fed: Federation, nm: NodeMap) -> None:
         del nm.late[node]
     now = time.monotonic()
     for node, (_, sent) in list(nm.late.items()):
-        if now - sent > fed.cfg.nodes.reply_timeout_s:
+        if now - sent > fed.cfg.round.timeout_s:
             del nm.late[node]
 
 
@@ -91,7 +93,35 @@ def discover(grid: Grid, cfg: Config) -> NodeMap:
         time.sleep(0.5)
     ids = sorted(known, key=lambda n: (known[n][0], n))
     log.info("%d SuperNode(s) serve %d logical nodes", len(ids), cfg.nodes.count)
-    return NodeMap(ids)
+    return NodeMap(ids, parts=[known[n][0] for n in ids])
+
+
+def rejoin(grid: Grid, nm: NodeMap) -> None:
+    """Let a restarted SuperNode take its partition's place again.
+
+    A SuperNode that restarts registers under a new node id; asked which partition it serves, it
+    replaces the id that announced the same partition at discovery (that one is dead or will be
+    treated as such). A new SuperNode for a partition nobody announced is left out: the node map
+    is fixed at discovery. Costs one ``get_node_ids`` call per round when nothing changed.
+    """
+    new = [n for n in grid.get_node_ids() if n not in nm.ids and n not in nm.strangers]
+    if not new:
+        return
+    msgs = [Message(codec.encode_hello(), dst_node_id=n, message_type=codec.QUERY) for n in new]
+    for mid, n in zip(grid.push_messages(msgs), new, strict=True):
+        r = _collect(grid, [mid], 10.0).get(mid)
+        try:
+            part = codec.decode_hello_reply(r.content)[0] if r is not None and r.has_content() else None
+        except codec.WireError:
+            part = None
+        if part is not None and part in nm.parts:
+            slot = nm.parts.index(part)
+            log.info("SuperNode %d serves partition %d again (it was SuperNode %d)", n, part, nm.ids[slot])
+            for node in [k for k in nm.late if nm.supernode(k) == nm.ids[slot]]:
+                del nm.late[node]  # the old SuperNode's late work is lost with it
+            nm.ids[slot] = n
+        elif r is not None:  # answered, but for no partition in the map: never ask again
+            nm.strangers.add(n)
 
 
 def _waves(nodes: list[int], nm: NodeMap) -> Iterable[list[int]]:
@@ -115,7 +145,7 @@ def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
     at most that long, and messages still out are kept in ``nm.late``.
     """
     out: dict[int, Message | None] = {}
-    timeout = min(deadline_s, fed.cfg.nodes.reply_timeout_s) if deadline_s > 0 else fed.cfg.nodes.reply_timeout_s
+    timeout = min(deadline_s, fed.cfg.round.timeout_s) if deadline_s > 0 else fed.cfg.round.timeout_s
     for wave in _waves(list(contents), nm):
         msgs = [Message(contents[n], dst_node_id=nm.supernode(n), message_type=mtype, group_id=str(rnd))
                 for n in wave]
@@ -150,7 +180,7 @@ def failure(r: Message | None, deadline_s: float = 0.0) -> str | None:
     """Why a reply is no answer at all (timeout or client error), else None."""
     if r is None:
         return f"no reply within round.deadline-s = {deadline_s:g} s" if deadline_s > 0 else \
-            "no reply before nodes.reply-timeout-s"
+            "no reply before round.timeout-s"
     if r.has_error():
         return f"client error: {short_reason(r.error.reason or '')}"
     return None

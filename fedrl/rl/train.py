@@ -41,6 +41,7 @@ class LocalPlan:
     obs_moments: Moments | None = None  # global observation statistics (None: off)
     ef_base: int = -1  # EF21: round of the node's last update the server accepted (-1: none)
     clip_norm: float = 0.0  # DP: this round's clip norm (adaptive clipping moves it; 0: privacy.clip-norm)
+    run_uid: str = ""  # the run's identity, kept across resumes (binds durable node state to the run)
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,8 @@ def train_locally(
         "train_episodes": float(len(returns)),
         "train_seconds": time.perf_counter() - t0,
         "lr": float(optimizer.param_groups[0]["lr"]),
+        # Adam's step count: it continues across rounds (and SuperNode restarts, with state-dir)
+        "optimizer_steps": float(arrays.get("adam.0.step", np.zeros(1))[0]),
         **stats,
         **dp_metrics,
     }

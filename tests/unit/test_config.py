@@ -240,3 +240,8 @@ def test_check_malformed_vary_distribution() -> None:
 
 def test_check_parse_errors_come_first() -> None:
     assert str(_check_err({"env.vray": "x"})).startswith("env.vray: ")
+
+
+def test_a_renamed_key_names_its_new_name() -> None:
+    with pytest.raises(ConfigError, match=r"nodes.reply-timeout-s: renamed to 'round.timeout-s'"):
+        from_run_config({"nodes.reply-timeout-s": 30.0})

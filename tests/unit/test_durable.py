@@ -44,3 +44,27 @@ def test_a_corrupt_file_is_reported_and_ignored(tmp_path: Path) -> None:
     assert durable.load(path, ident)[2] is not None
     durable.save(path, ident, 2, STATE)  # the next save replaces it
     assert durable.load(path, ident)[1] == 2
+
+
+def test_a_resumed_run_is_the_same_run_but_another_experiment_is_not() -> None:
+    base = {"seed": 0, "output-dir": "runs", "run-name": "a", "resume": ""}
+    same = durable.fingerprint("uid1", base)
+    assert durable.fingerprint("uid1", {**base, "resume": "runs/a", "output-dir": "/elsewhere"}) == same
+    assert durable.fingerprint("uid1", {**base, "seed": 1}) != same
+    assert durable.fingerprint("uid2", base) != same
+
+
+def test_a_server_resumed_one_round_back_gets_the_state_before_that_round(tmp_path: Path) -> None:
+    ident = durable.fingerprint("uid", {})
+    path = durable.state_path(tmp_path, 0)
+    for rnd in (1, 2, 3):
+        durable.save(path, ident, rnd, {"adam.step": np.asarray([10 * rnd])})
+    assert durable.previous_path(path).exists()
+    arrays, rnd, why = durable.load(path, ident, before=4)  # the usual case: the latest
+    assert (rnd, why, int(arrays["adam.step"][0])) == (3, None, 30)  # type: ignore[index]
+    arrays, rnd, why = durable.load(path, ident, before=3)  # round 3 is trained again
+    assert (rnd, why, int(arrays["adam.step"][0])) == (2, None, 20)  # type: ignore[index]
+    arrays, rnd, why = durable.load(path, ident, before=2)  # nothing old enough is kept
+    assert arrays is None and why is not None and "not before round 2" in why
+    path.unlink()  # a crash between the two renames of a save: the previous copy is used
+    assert durable.load(path, ident)[1] == 2

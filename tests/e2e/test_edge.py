@@ -1,0 +1,141 @@
+"""Edge deployment end to end with real Flower processes on localhost.
+
+TLS on every link with SuperNode authentication (certificates and keys from ``fedrl certs``);
+SuperNodes killed mid-round and restarted with their durable state (``state-dir``), one of them
+with a corrupted state file; a ServerApp killed mid-run and resumed from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.deploy import Deployment, metrics_rows
+from tests.e2e.harness import BIN, free_port
+
+pytestmark = pytest.mark.slow
+
+STEPS = 256
+RUN_TIMEOUT_S = 420
+
+
+def _overrides(out: Path, name: str, rounds: int, extra: str = "") -> str:
+    return (f"num-server-rounds={rounds} nodes.count=2 algo.local-steps={STEPS} eval.episodes=2 "
+            f"output-dir='{out}' run-name='{name}' {extra}").strip()
+
+
+def _wait(cond: Callable[[], bool], timeout: float, what: str, dep: Deployment) -> None:
+    deadline = time.time() + timeout
+    while not cond():
+        assert time.time() < deadline, f"timed out waiting for {what}\n{dep.log_text()}"
+        time.sleep(0.2)
+
+
+def test_tls_with_supernode_auth_admits_registered_nodes_only(tmp_path: Path) -> None:
+    certs = tmp_path / "certs"
+    made = subprocess.run([str(BIN / "fedrl"), "certs", "--out", str(certs), "--host", "127.0.0.1", "--nodes", "3"],
+                          capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    dep = Deployment(tmp_path / "d", 2, certs=certs, auth=True)
+    try:
+        dep.start()  # registers node0.pub and node1.pub, starts both SuperNodes over TLS
+        # A SuperNode with a valid key pair that was never registered, and one without TLS.
+        dep.start_node(2, name="unregistered", wait=False, key=certs / "node2.key", retries=2, port=free_port())
+        dep.start_node(0, name="plaintext", wait=False, insecure=True, keyless=True, retries=2, port=free_port())
+        out = tmp_path / "runs"
+        code, _ = dep.flwr_run(_overrides(out, "tls", 2), RUN_TIMEOUT_S)
+        context = f"flwr run exit code {code}\n{dep.log_text()}"
+        rows = metrics_rows(out / "tls")
+        assert code == 0 and (out / "tls" / "summary.json").exists(), context
+        assert [r["nodes_trained"] for r in rows] == [[0, 1], [0, 1]], context
+        # The SuperLink never listed the intruders: only the two registered nodes are online.
+        listed = dep.cli("supernode", "list", dep.connection, "--format", "json")
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        assert listed.stdout.count('"online"') == 2, listed.stdout
+        for name in ("unregistered", "plaintext"):
+            _wait(lambda n=name: dep.procs[n].poll() is not None, 90, f"{name} to give up", dep)  # type: ignore[misc]
+            assert dep.procs[name].returncode != 0, dep.log_text()
+        # Refused by the SuperLink (Flower's exit code 305: "Failed to activate SuperNode"), not by a local check.
+        assert "Failed to activate SuperNode" in dep.logs["unregistered"].read_text(errors="replace"), dep.log_text()
+        assert "Connection attempt failed" in dep.logs["plaintext"].read_text(errors="replace"), dep.log_text()
+        # The flwr CLI without TLS cannot talk to the SuperLink's Control API either.
+        with (dep.home / "config.toml").open("a") as fh:
+            fh.write(f'[superlink.plain]\naddress = "127.0.0.1:{dep.link_port}"\ninsecure = true\n')
+        plain_cli = dep.cli("ls", "plain", timeout=120)
+        assert plain_cli.returncode != 0, plain_cli.stdout
+    finally:
+        dep.stop()
+    assert not dep.leftovers(), dep.leftovers()
+
+
+def test_supernodes_killed_mid_round_rejoin_with_their_state(tmp_path: Path) -> None:
+    """Node 0's SuperNode dies in round 2 and restarts with its state file: the round finishes
+    without it (round.timeout-s), and in round 3 its Adam step count continues from round 1.
+    Node 1's SuperNode dies in round 4 and restarts with a corrupted file: a warning, a fresh state."""
+    states = [tmp_path / f"state{i}" for i in range(2)]
+    dep = Deployment(tmp_path / "d", 2)
+    try:
+        dep.start(extra={i: f'state-dir="{states[i]}"' for i in range(2)})
+        out = tmp_path / "runs"
+        folder = out / "restart"
+        dep.run_popen(_overrides(out, "restart", 5, "min-train-nodes=1 round.timeout-s=20"))
+        _wait(lambda: len(metrics_rows(folder)) >= 1, 240, "round 1", dep)
+        dep.kill("supernode0")  # its plan for round 2 is out by now (or about to be)
+        dep.restart_node("supernode0", 0)
+        _wait(lambda: len(metrics_rows(folder)) >= 3, 240, "round 3", dep)
+        dep.kill("supernode1")
+        path = states[1] / "fedrl-node1.npz"
+        path.write_bytes(b"not a state file" + path.read_bytes()[:100])
+        dep.restart_node("supernode1", 1)
+        assert dep.procs["flwr-run"].wait(timeout=RUN_TIMEOUT_S) == 0, dep.log_text()
+        rows = metrics_rows(folder)
+        context = "\n".join(map(str, rows)) + "\n" + dep.log_text()
+        assert [r["round"] for r in rows] == [1, 2, 3, 4, 5], context
+        steps = [{int(k): v for k, v in r["optimizer_steps"].items()} for r in rows]
+        per_round = steps[0][0]
+        assert per_round > 0 and steps[0] == {0: per_round, 1: per_round}, context
+        # Round 2: node 0's SuperNode was killed; the round went on with node 1 alone.
+        assert rows[1]["nodes_trained"] == [1] and "round.timeout-s" in rows[1]["nodes_failed"]["0"], context
+        assert steps[2][0] == 2 * per_round, context  # continues from round 1's state (round 2 was lost)
+        assert steps[2][1] == 3 * per_round, context
+        # Node 1 restarted with a corrupted file: it missed a round, then started fresh, with a warning.
+        trained_after = [r["nodes_trained"] for r in rows[3:]]
+        assert 1 in trained_after[-1], context
+        assert steps[-1][1] == per_round, context
+        assert "unreadable" in dep.logs["supernode1"].read_text(errors="replace"), context
+        assert "resumed its state saved after round 1" in dep.logs["supernode0"].read_text(errors="replace"), context
+    finally:
+        dep.stop()
+    assert not dep.leftovers(), dep.leftovers()
+
+
+def test_killed_serverapp_resumes_from_checkpoint_and_nodes_keep_state(tmp_path: Path) -> None:
+    states = [tmp_path / f"state{i}" for i in range(2)]
+    dep = Deployment(tmp_path / "d", 2)
+    try:
+        dep.start(extra={i: f'state-dir="{states[i]}"' for i in range(2)})
+        out = tmp_path / "runs"
+        folder = out / "resume"
+        first = dep.run_popen(_overrides(out, "resume", 4))
+        _wait(lambda: len(metrics_rows(folder)) >= 2, 240, "round 2", dep)
+        assert dep.kill_serverapp(), dep.log_text()
+        first.kill()  # the CLI would stream the dead run's logs until the SuperLink gives up on it
+        first.wait(timeout=30)
+        done = len(metrics_rows(folder))
+        assert 2 <= done < 4 and not (folder / "summary.json").exists(), dep.log_text()
+        code, _ = dep.flwr_run(_overrides(out, "resume", 4, f"resume='{folder}'"), RUN_TIMEOUT_S)
+        rows = metrics_rows(folder)
+        context = f"flwr run exit code {code}\n" + "\n".join(map(str, rows)) + "\n" + dep.log_text()
+        assert code == 0 and (folder / "summary.json").exists(), context
+        assert [r["round"] for r in rows] == [1, 2, 3, 4], context  # none lost, none twice
+        # The resumed run is the same run: each node's optimizer continues (a new Flower run id,
+        # so Flower's context.state is empty; the durable state carries it).
+        per_round = rows[0]["optimizer_steps"]["0"]
+        assert [r["optimizer_steps"]["0"] for r in rows] == [per_round * k for k in (1, 2, 3, 4)], context
+    finally:
+        dep.stop()
+    assert not dep.leftovers(), dep.leftovers()
