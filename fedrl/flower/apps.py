@@ -30,6 +30,7 @@ def make_server_app() -> ServerApp:
 
 def make_client_app(train: Handler = handle_train) -> ClientApp:
     """``train`` is replaceable so tests can run a real misbehaving node."""
+    setup_logging()  # node-side events (a state file resumed or refused) reach the SuperNode's log
     app = ClientApp()
 
     @app.train()

@@ -72,41 +72,33 @@ def test_tls_with_supernode_auth_admits_registered_nodes_only(tmp_path: Path) ->
     assert not dep.leftovers(), dep.leftovers()
 
 
-def test_supernodes_killed_mid_round_rejoin_with_their_state(tmp_path: Path) -> None:
+def test_a_supernode_killed_mid_round_rejoins_with_its_state(tmp_path: Path) -> None:
     """Node 0's SuperNode dies in round 2 and restarts with its state file: the round finishes
-    without it (round.timeout-s), and in round 3 its Adam step count continues from round 1.
-    Node 1's SuperNode dies in round 4 and restarts with a corrupted file: a warning, a fresh state."""
+    without it (round.timeout-s, logged), and in round 3 its Adam step count continues from round 1.
+    (A corrupted file: tests/component/test_durable_node.py.)"""
     states = [tmp_path / f"state{i}" for i in range(2)]
     dep = Deployment(tmp_path / "d", 2)
     try:
         dep.start(extra={i: f'state-dir="{states[i]}"' for i in range(2)})
         out = tmp_path / "runs"
         folder = out / "restart"
-        dep.run_popen(_overrides(out, "restart", 5, "min-train-nodes=1 round.timeout-s=20"))
+        dep.run_popen(_overrides(out, "restart", 3, "min-train-nodes=1 round.timeout-s=20"))
         _wait(lambda: len(metrics_rows(folder)) >= 1, 240, "round 1", dep)
         dep.kill("supernode0")  # its plan for round 2 is out by now (or about to be)
         dep.restart_node("supernode0", 0)
-        _wait(lambda: len(metrics_rows(folder)) >= 3, 240, "round 3", dep)
-        dep.kill("supernode1")
-        path = states[1] / "fedrl-node1.npz"
-        path.write_bytes(b"not a state file" + path.read_bytes()[:100])
-        dep.restart_node("supernode1", 1)
         assert dep.procs["flwr-run"].wait(timeout=RUN_TIMEOUT_S) == 0, dep.log_text()
         rows = metrics_rows(folder)
         context = "\n".join(map(str, rows)) + "\n" + dep.log_text()
-        assert [r["round"] for r in rows] == [1, 2, 3, 4, 5], context
+        assert [r["round"] for r in rows] == [1, 2, 3], context
         steps = [{int(k): v for k, v in r["optimizer_steps"].items()} for r in rows]
         per_round = steps[0][0]
         assert per_round > 0 and steps[0] == {0: per_round, 1: per_round}, context
-        # Round 2: node 0's SuperNode was killed; the round went on with node 1 alone.
+        # Round 2 went on with node 1 alone; the dead node was dropped and logged.
         assert rows[1]["nodes_trained"] == [1] and "round.timeout-s" in rows[1]["nodes_failed"]["0"], context
-        assert steps[2][0] == 2 * per_round, context  # continues from round 1's state (round 2 was lost)
-        assert steps[2][1] == 3 * per_round, context
-        # Node 1 restarted with a corrupted file: it missed a round, then started fresh, with a warning.
-        trained_after = [r["nodes_trained"] for r in rows[3:]]
-        assert 1 in trained_after[-1], context
-        assert steps[-1][1] == per_round, context
-        assert "unreadable" in dep.logs["supernode1"].read_text(errors="replace"), context
+        assert "round 2: node 0 left out: no reply before round.timeout-s" in dep.logs["flwr-run"].read_text(), context
+        # Round 3: the restarted SuperNode took partition 0's place and continued from round 1's state.
+        assert rows[2]["nodes_trained"] == [0, 1], context
+        assert steps[2] == {0: 2 * per_round, 1: 3 * per_round}, context
         assert "resumed its state saved after round 1" in dep.logs["supernode0"].read_text(errors="replace"), context
     finally:
         dep.stop()
