@@ -202,6 +202,13 @@ def _collect(grid: Grid, ids: list[str], timeout: float) -> dict[str, Message]:
     return out
 
 
+def push_and_collect(grid: Grid, msgs: list[Message], timeout: float) -> list[Message]:
+    """Push ``msgs`` and poll for their replies (fedrl's loop; replies in the order of ``msgs``, missing ones left out)."""
+    ids = list(grid.push_messages(msgs))
+    replies = _collect(grid, ids, timeout)
+    return [replies[mid] for mid in ids if mid in replies]
+
+
 def short_reason(reason: str) -> str:
     """The exception message inside an engine's error report (Ray wraps it in a traceback)."""
     tail = reason.rsplit("Message: ", 1)[-1].strip()

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 from flwr.app import Context, Message, RecordDict
-
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedrl.config import DEFAULTS, from_run_config
 from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.client import handle_train
+
 
 @pytest.fixture(autouse=True)
 def _task(monkeypatch: pytest.MonkeyPatch) -> None:

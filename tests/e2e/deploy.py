@@ -100,8 +100,8 @@ class Deployment:
     def healthy(self, host: str, port: int, tls: bool = False) -> bool:
         url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/health"
         ctx = f"ssl.create_default_context(cafile={str(self.certs / 'ca.crt')!r})" if tls else "None"  # type: ignore[operator]
-        probe = [sys.executable, "-c", "import ssl, sys, urllib.request as u; "
-                 f"sys.exit(0 if u.urlopen({url!r}, timeout=2, context={ctx}).status == 200 else 1)"]
+        probe = [sys.executable, "-c", ("import ssl, sys, urllib.request as u; "
+                 f"sys.exit(0 if u.urlopen({url!r}, timeout=2, context={ctx}).status == 200 else 1)")]
         if host == "local":
             return subprocess.run(probe, capture_output=True, check=False).returncode == 0
         return subprocess.run(self.wrap(host, probe), capture_output=True, check=False).returncode == 0
