@@ -106,14 +106,17 @@ def make(out: Path, host: str, nodes: int, days: int = 365) -> list[Path]:
 
 
 def commands(out: Path, host: str, nodes: int, port: int = 9092) -> str:
-    """The commands that start a TLS SuperLink with node authentication and its SuperNodes."""
+    """The commands that start a TLS SuperLink with node authentication and its SuperNodes.
+
+    Flower 1.42 serves the Fleet, Control and runtime APIs on the SuperLink's one ``--port``."""
     d = out.resolve()
     lines = [
-        "# SuperLink (TLS, only registered SuperNodes may connect):",
+        "# SuperLink (TLS, only registered SuperNodes may connect). Its Control API is not",
+        "# authenticated: expose this port only to your devices (docs/deployment.md).",
         (f"flower-superlink --ssl-ca-certfile {d}/ca.crt --ssl-certfile {d}/server.pem --ssl-keyfile {d}/server.key "
-        "--enable-supernode-auth"),
+         f"--enable-supernode-auth --host 0.0.0.0 --port {port}"),
         "# The flwr CLI connection, in $FLWR_HOME/config.toml (default ~/.flwr/config.toml):",
-        f'#   [superlink.fedrl]  address = "{host}:9093"  root-certificates = "{d}/ca.crt"',
+        f'#   [superlink.fedrl]  address = "{host}:{port}"  root-certificates = "{d}/ca.crt"',
         "# Register each SuperNode's public key (once):",
         *(f"flwr supernode register {d}/node{i}.pub fedrl" for i in range(nodes)),
         "# Each SuperNode (its own --port when several share a machine):",

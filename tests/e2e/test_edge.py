@@ -41,6 +41,9 @@ def test_tls_with_supernode_auth_admits_registered_nodes_only(tmp_path: Path) ->
     made = subprocess.run([str(BIN / "fedrl"), "certs", "--out", str(certs), "--host", "127.0.0.1", "--nodes", "3"],
                           capture_output=True, text=True, check=False)
     assert made.returncode == 0, made.stderr
+    for flag in ("--ssl-ca-certfile", "--enable-supernode-auth", "flwr supernode register", "--root-certificates",
+                 "--auth-supernode-private-key"):  # what it prints is what this test runs
+        assert flag in made.stdout, made.stdout
     dep = Deployment(tmp_path / "d", 2, certs=certs, auth=True)
     try:
         dep.start()  # registers node0.pub and node1.pub, starts both SuperNodes over TLS
