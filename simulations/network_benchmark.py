@@ -5,7 +5,7 @@
 A real SuperLink and 2 SuperNodes, each in its own network namespace (``fedrl.netlab``), every
 link 100 ms RTT, 1% loss and 2 Mbit/s in each direction (netem where the kernel has it, else
 the lab's userspace relay). For the default policy (64,64: 9,155 parameters) and a larger one
-(256,256: 68,612) it runs fedrl with ``compression.up`` none and quantize (8 bits), interleaved
+(256,256: 134,915) it runs fedrl with ``compression.up`` none and quantize (8 bits), interleaved
 (A, B, A, B) because this machine's speed drifts. Each run trains ``--rounds`` rounds of 256 env
 steps per node, without per-round evaluation; the table gives, per setting, the median round
 time (the server's ``round_time_s``, rounds 2 on: round 1 also pays the nodes' first imports),

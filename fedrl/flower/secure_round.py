@@ -38,7 +38,7 @@ from fedrl.compression.ring_codes import RingCoding
 from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
-from fedrl.flower.transport import NodeMap, exchange, failure
+from fedrl.flower.transport import NodeMap, exchange, failure, rejoin
 from fedrl.privacy.node import dpsgd_field
 from fedrl.secagg import Keys, Masked, SecAggAbort, SecAggServer, make_params
 from fedrl.seeding import SECAGG, derive
@@ -87,6 +87,7 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
     """Run round ``rnd`` with secure aggregation; return its fields for metrics.jsonl."""
     cfg = fed.cfg
     ahead = ahead if ahead is not None else KeysAhead()
+    rejoin(grid, nm)
     nodes = fed.select(rnd)
     fed.begin_round(rnd)
     bits = fed.ring_bits(len(nodes))

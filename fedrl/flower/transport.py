@@ -34,7 +34,7 @@ class NodeMap:
     ids: list[int]
     late: dict[int, tuple[str, float]] = field(default_factory=dict)
     parts: list[int] = field(default_factory=list)  # the partition id each of ``ids`` announced
-    strangers: set[int] = field(default_factory=set)  # SuperNodes asked once that serve no known partition
+    strangers: set[int] = field(default_factory=set)  # not to ask again: no known partition, or replaced
 
     def supernode(self, node: int) -> int:
         return self.ids[node % len(self.ids)]
@@ -108,8 +108,12 @@ def rejoin(grid: Grid, nm: NodeMap) -> None:
     if not new:
         return
     msgs = [Message(codec.encode_hello(), dst_node_id=n, message_type=codec.QUERY) for n in new]
-    for mid, n in zip(grid.push_messages(msgs), new, strict=True):
-        r = _collect(grid, [mid], 10.0).get(mid)
+    sent = list(grid.push_messages(msgs))
+    replies = _collect(grid, sent, 10.0)
+    for mid, n in zip(sent, new, strict=True):
+        r = replies.get(mid)
+        if r is None:
+            log.warning("SuperNode %d did not say which partition it serves within 10 s; asking again next round", n)
         try:
             part = codec.decode_hello_reply(r.content)[0] if r is not None and r.has_content() else None
         except codec.WireError:
@@ -119,6 +123,7 @@ def rejoin(grid: Grid, nm: NodeMap) -> None:
             log.info("SuperNode %d serves partition %d again (it was SuperNode %d)", n, part, nm.ids[slot])
             for node in [k for k in nm.late if nm.supernode(k) == nm.ids[slot]]:
                 del nm.late[node]  # the old SuperNode's late work is lost with it
+            nm.strangers.add(nm.ids[slot])  # Flower lists a dead SuperNode for about a minute: never ask it
             nm.ids[slot] = n
         elif r is not None:  # answered, but for no partition in the map: never ask again
             nm.strangers.add(n)
