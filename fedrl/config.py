@@ -404,6 +404,7 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
 
 
 RENAMED = {"nodes.reply-timeout-s": "round.timeout-s"}
+LOCATION_KEYS = frozenset({"resume", "output-dir", "run-name"})  # where a run lives: may change on resume
 
 
 def unknown_key_error(key: str) -> ConfigError:

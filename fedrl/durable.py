@@ -27,15 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from fedrl.config import LOCATION_KEYS
+
 _ID, _ROUND = "__fedrl.identity", "__fedrl.round"
-
-
-FREE_KEYS = frozenset({"resume", "output-dir", "run-name"})  # a resumed run may change these
 
 
 def fingerprint(run: str | int, run_config: Mapping[str, object]) -> str:
     """What binds a state file to one run and config."""
-    config = {k: v for k, v in run_config.items() if k not in FREE_KEYS}
+    config = {k: v for k, v in run_config.items() if k not in LOCATION_KEYS}
     text = json.dumps({"run": str(run), "config": config}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +26,6 @@ from fedrl.aggregation.fedavg import apply_delta, delta_of, weighted_mean
 from fedrl.aggregation.robust import ROBUST_RULES, robust_aggregate
 from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings
 from fedrl.attacks import attackers
-from fedrl.checkpoint import Checkpoint
 from fedrl.compression.base import Compressed
 from fedrl.compression.downlink import Broadcaster, Downlink
 from fedrl.compression.ef21 import ServerEF21
@@ -35,7 +33,6 @@ from fedrl.compression.pipeline import Stage, decompress, flatten, stage, unflat
 from fedrl.compression.ring_codes import required_ring_bits
 from fedrl.config import Config, to_flat
 from fedrl.envs.spec import parse_kwargs
-from fedrl.errors import ConfigError
 from fedrl.experiment import initial_weights, policy_spec, target_return, variants_of
 from fedrl.privacy.accounting import Ledger
 from fedrl.privacy.audit import AuditResult
@@ -404,61 +401,3 @@ class Federation:
                        "weight_names": self.names},
             "target_return": self.target,
         }
-
-    def to_checkpoint(self, started: float) -> Checkpoint:
-        arrays: dict[str, np.ndarray] = {}
-        for s, (w, m) in enumerate(zip(self.models, self.moments, strict=True)):
-            arrays.update({f"model{s}/{i}": a for i, a in enumerate(w)})
-            if m is not None:
-                arrays[f"moments{s}"] = m.to_array()
-            if self.down.active:
-                arrays.update({f"bcast{s}/{i}": a for i, a in enumerate(self.casts[s].base)})
-        if self.ef21 is not None:
-            arrays.update(self.ef21.to_arrays())
-        dp_meta: dict[str, object] = {}
-        if self.dp is not None:
-            dp_meta, dp_arrays = self.dp.to_checkpoint()
-            arrays.update(dp_arrays)
-        arrays.update(self.server_opt.to_arrays())
-        meta = {"round": self.round, "env_steps": self.env_steps, "bytes_up": self.bytes_up,
-                "bytes_down": self.bytes_down, "wall_time_s": self.wall_time_s + (time.time() - started),
-                "config": to_flat(self.cfg), "holds": {str(k): v for k, v in self.holds.items()},
-                "bcast_round": [c.round for c in self.casts],
-                "bytes_cloud": self.bytes_cloud, "run_uid": self.run_uid, **dp_meta}
-        meta["selection"] = self.selector.to_meta()
-        if self.gossip is not None:
-            meta["gossip_trained"] = list(self.gossip.trained)
-        return Checkpoint(meta, arrays)
-
-    def load_checkpoint(self, ck: Checkpoint) -> None:
-        now, then = to_flat(self.cfg), ck.meta["config"]
-        # Where the run folder lives and how it is named may change; the experiment may not.
-        free = {"resume", "output-dir", "run-name"}
-        changed = sorted(k for k in now.keys() | then.keys() if k not in free and now.get(k) != then.get(k))
-        if changed:
-            raise ConfigError("resume", f"the run folder was made with a different config ({', '.join(changed)}); "
-                                        "resume with the same settings")
-        for s in range(len(self.models)):
-            self.models[s] = [ck.arrays[f"model{s}/{i}"].astype(np.float32) for i in range(len(self.names))]
-            if self.moments[s] is not None:
-                self.moments[s] = Moments.from_array(ck.arrays[f"moments{s}"])
-            if self.down.active:
-                self.casts[s].base = [ck.arrays[f"bcast{s}/{i}"].astype(np.float32) for i in range(len(self.names))]
-                self.casts[s].round = int(ck.meta["bcast_round"][s])
-        self.holds = {int(k): int(v) for k, v in ck.meta.get("holds", {}).items()}
-        if self.ef21 is not None:
-            self.ef21.load_arrays(ck.arrays)
-        if self.dp is not None:
-            self.dp.load_checkpoint(ck.meta, ck.arrays)
-        self.server_opt.load_arrays(ck.arrays)
-        self.round = int(ck.meta["round"])
-        self.run_uid = str(ck.meta.get("run_uid", self.run_uid))
-        self.env_steps = int(ck.meta["env_steps"])
-        self.bytes_up = int(ck.meta["bytes_up"])
-        self.bytes_down = int(ck.meta["bytes_down"])
-        self.bytes_cloud = int(ck.meta.get("bytes_cloud", 0))
-        if self.gossip is not None:
-            self.gossip.trained = [int(x) for x in ck.meta["gossip_trained"]]
-        if "selection" in ck.meta:
-            self.selector.load_meta(ck.meta["selection"])
-        self.wall_time_s = float(ck.meta["wall_time_s"])

@@ -19,6 +19,7 @@ from fedrl.errors import ConfigError
 from fedrl.federation import Federation
 from fedrl.privacy.node import dpsgd_field
 from fedrl.results import RunFolder
+from fedrl.snapshot import restore, snapshot
 
 log = logging.getLogger("fedrl")
 
@@ -36,7 +37,7 @@ def resolve_run_folder(fed: Federation) -> RunFolder:
     if cfg.resume:
         if ck is None:
             raise ConfigError("resume", f"no checkpoint in {path}; nothing to resume")
-        fed.load_checkpoint(ck)
+        restore(fed, ck)
         folder = RunFolder(path)
         folder.truncate_metrics(fed.round)
         print(f"fedrl: resuming {path} after round {fed.round}", flush=True)
@@ -83,7 +84,7 @@ def end_round(fed: Federation, folder: RunFolder, started: float, round_started:
     if evals:
         row |= {"eval_returns": evals, "eval_mean_return": sum(evals) / len(evals), "eval_min_return": min(evals)}
     folder.append_metrics(row)
-    checkpoint.save(folder.path, fed.to_checkpoint(started))
+    checkpoint.save(folder.path, snapshot(fed, started))
     print(round_line(row, cfg.num_server_rounds), flush=True)
     if evals and cfg.eval.stop_at_target and fed.solved(evals):
         print(f"every variant reached the target return {fed.target}: stopping", flush=True)

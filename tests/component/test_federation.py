@@ -11,6 +11,7 @@ import pytest
 from fedrl.config import from_run_config
 from fedrl.federation import Federation, Reply
 from fedrl.rl.normalize import Moments
+from fedrl.snapshot import restore, snapshot
 
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1}
 
@@ -99,14 +100,14 @@ def test_checkpoint_round_trip_and_refuses_a_changed_experiment() -> None:
     g = fed.models[0]
     fed.aggregate([Reply(0, _shifted(g, 1.0), 256, Moments.of(np.ones((3, 4))), {})])
     fed.round, fed.bytes_up = 3, 123
-    ck = fed.to_checkpoint(started=0.0)
+    ck = snapshot(fed, 0.0)
     back = _fed(**{"algo.norm-obs": "on", "run-name": "elsewhere"})  # folder name may change
-    back.load_checkpoint(ck)
+    restore(back, ck)
     assert (back.round, back.env_steps, back.bytes_up) == (3, 256, 123)
     np.testing.assert_array_equal(back.models[0][0], fed.models[0][0])
     assert back.moments[0] is not None and back.moments[0].count == 3
     with pytest.raises(ConfigError, match="resume: .*algo.lr"):
-        _fed(**{"algo.norm-obs": "on", "algo.lr": 0.1}).load_checkpoint(ck)
+        restore(_fed(**{"algo.norm-obs": "on", "algo.lr": 0.1}), ck)
 
 
 def test_a_variant_is_evaluated_on_the_same_episodes_in_any_list() -> None:

@@ -13,6 +13,7 @@ from fedrl.errors import ConfigError
 from fedrl.federation import Federation, Reply
 from fedrl.flower import codec
 from fedrl.rl.train import NodeState, train_locally
+from fedrl.snapshot import restore, snapshot
 from fedrl.topology import gossip
 from fedrl.topology.gossip import Mix
 from fedrl.validate import check
@@ -82,8 +83,8 @@ def test_ring_nodes_drift_apart_and_a_missed_reply_is_recovered() -> None:
     assert fed.gossip.trained == [3, 3, 3, 3]
     # the checkpoint keeps which round each node's model is from
     again = Federation(fed.cfg)
-    ck = fed.to_checkpoint(0.0)
-    again.load_checkpoint(Checkpoint(ck.meta, ck.arrays))
+    ck = snapshot(fed, 0.0)
+    restore(again, Checkpoint(ck.meta, ck.arrays))
     assert again.gossip is not None and again.gossip.trained == [3, 3, 3, 3]
     for a, b in zip(again.node_models(), fed.node_models(), strict=True):
         np.testing.assert_array_equal(flatten(a), flatten(b))

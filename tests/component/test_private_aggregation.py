@@ -11,6 +11,7 @@ from fedrl.compression.pipeline import flatten
 from fedrl.config import from_run_config
 from fedrl.federation import Federation, Reply
 from fedrl.privacy import epsilon_after
+from fedrl.snapshot import restore, snapshot
 
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1, "strategy.server-lr": 1.0}
 CENTRAL = {"privacy.mode": "central", "privacy.clip-norm": 0.5}
@@ -68,7 +69,7 @@ def test_the_ledger_survives_a_checkpoint() -> None:
         _moved(fed, [0.0, 0.0, 0.0], [0, 1, 2])
     fed.round = 3
     back = _fed(**CENTRAL, **{"privacy.noise-multiplier": 1.3})
-    back.load_checkpoint(fed.to_checkpoint(0.0))
+    restore(back, snapshot(fed, 0.0))
     assert back.ledger is not None and back.ledger.steps == 3
     assert back.epsilon() == fed.epsilon() == epsilon_after(1.3, 1.0, 3, 1e-5)
 
@@ -95,7 +96,7 @@ def test_adaptive_clip_moves_toward_the_quantile(bit: float, low: float, high: f
     back = _fed(**CENTRAL, **{"privacy.noise-multiplier": 0.2, "privacy.adaptive-clip": True,
                               "privacy.count-noise": 0.15})
     fed.round = 1
-    back.load_checkpoint(fed.to_checkpoint(0.0))
+    restore(back, snapshot(fed, 0.0))
     assert back.clip == fed.clip
 
 
@@ -128,7 +129,7 @@ def test_distributed_dp_mean_from_a_ring_sum_is_noised_once_per_node_and_account
     assert noise.std() == pytest.approx(2.0 * d.l2 / d.scale * math.sqrt(5 / 4), rel=0.05)
     assert fed.ledger is not None and fed.ledger.history == [(d.mu_with(5), 1.0, 1)]
     assert fed.epsilon() == skellam_epsilon([(d.mu * 5 / 4, 1)], d.l1, d.l2, 1e-5)
-    ck = fed.to_checkpoint(0.0)
+    ck = snapshot(fed, 0.0)
     again = Federation(from_run_config(over))
-    again.load_checkpoint(Checkpoint(ck.meta, ck.arrays))
+    restore(again, Checkpoint(ck.meta, ck.arrays))
     assert again.epsilon() == fed.epsilon()

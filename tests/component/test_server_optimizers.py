@@ -8,6 +8,7 @@ from fedrl.checkpoint import Checkpoint
 from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import from_run_config
 from fedrl.federation import Federation, Reply
+from fedrl.snapshot import restore, snapshot
 
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1}
 
@@ -35,8 +36,8 @@ def test_the_optimizer_state_survives_a_checkpoint() -> None:
     fed = Federation(from_run_config(over))
     _rounds(fed, 2)
     again = Federation(from_run_config(over))
-    ck = fed.to_checkpoint(0.0)
-    again.load_checkpoint(Checkpoint(ck.meta, ck.arrays))
+    ck = snapshot(fed, 0.0)
+    restore(again, Checkpoint(ck.meta, ck.arrays))
     assert again.server_opt.steps == 2
     np.testing.assert_array_equal(again.server_opt.v, fed.server_opt.v)
     np.testing.assert_array_equal(_rounds(again, 1), _rounds(fed, 1))
