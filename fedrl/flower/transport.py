@@ -73,14 +73,8 @@ def discover(grid: Grid, cfg: Config) -> NodeMap:
     while True:
         new = [n for n in grid.get_node_ids() if n not in known]
         if new:
-            msgs = [Message(codec.encode_hello(), dst_node_id=n, message_type=codec.QUERY) for n in new]
-            for r in grid.send_and_receive(msgs, timeout=max(5.0, deadline - time.monotonic())):
-                if r.has_error():
-                    continue
-                try:
-                    known[r.metadata.src_node_id] = codec.decode_hello_reply(r.content)
-                except codec.WireError as err:
-                    log.warning("SuperNode %d sent a malformed hello (%s); ignored", r.metadata.src_node_id, err)
+            answers = _ask_partitions(grid, new, max(5.0, deadline - time.monotonic()))
+            known |= {n: a for n, a in answers.items() if a is not None}
         parts = {p for p, _ in known.values()}
         wanted = max((n for _, n in known.values()), default=0)
         if known and wanted > 0 and parts >= set(range(wanted)):
@@ -107,17 +101,13 @@ def rejoin(grid: Grid, nm: NodeMap) -> None:
     new = [n for n in grid.get_node_ids() if n not in nm.ids and n not in nm.strangers]
     if not new:
         return
-    msgs = [Message(codec.encode_hello(), dst_node_id=n, message_type=codec.QUERY) for n in new]
-    sent = list(grid.push_messages(msgs))
-    replies = _collect(grid, sent, 10.0)
-    for mid, n in zip(sent, new, strict=True):
-        r = replies.get(mid)
-        if r is None:
+    answers = _ask_partitions(grid, new, 10.0)
+    for n in new:
+        if n not in answers:
             log.warning("SuperNode %d did not say which partition it serves within 10 s; asking again next round", n)
-        try:
-            part = codec.decode_hello_reply(r.content)[0] if r is not None and r.has_content() else None
-        except codec.WireError:
-            part = None
+            continue
+        answer = answers[n]
+        part = answer[0] if answer is not None else None
         if part is not None and part in nm.parts:
             slot = nm.parts.index(part)
             log.info("SuperNode %d serves partition %d again (it was SuperNode %d)", n, part, nm.ids[slot])
@@ -125,8 +115,25 @@ def rejoin(grid: Grid, nm: NodeMap) -> None:
                 del nm.late[node]  # the old SuperNode's late work is lost with it
             nm.strangers.add(nm.ids[slot])  # Flower lists a dead SuperNode for about a minute: never ask it
             nm.ids[slot] = n
-        elif r is not None:  # answered, but for no partition in the map: never ask again
+        else:  # answered, but for no partition in the map (or with an error): never ask again
             nm.strangers.add(n)
+
+
+def _ask_partitions(grid: Grid, ids: list[int], timeout: float) -> dict[int, tuple[int, int] | None]:
+    """Ask SuperNodes which (partition-id, num-partitions) they serve: id -> answer, None for an
+    error or malformed answer (logged); ids that did not answer in time are left out."""
+    msgs = [Message(codec.encode_hello(), dst_node_id=n, message_type=codec.QUERY) for n in ids]
+    out: dict[int, tuple[int, int] | None] = {}
+    for r in push_and_collect(grid, msgs, timeout):
+        n = r.metadata.src_node_id
+        out[n] = None
+        if r.has_error():
+            continue
+        try:
+            out[n] = codec.decode_hello_reply(r.content)
+        except codec.WireError as err:
+            log.warning("SuperNode %d sent a malformed hello (%s); ignored", n, err)
+    return out
 
 
 def _waves(nodes: list[int], nm: NodeMap) -> Iterable[list[int]]:

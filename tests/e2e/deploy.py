@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.e2e.harness import BIN, REPO, free_port, kill_all, pids_with_home
+from tests.e2e.harness import BIN, REPO, alive, free_port, kill_all, pids_with_env, pids_with_home
 
 Wrap = Callable[[str, list[str]], list[str]]  # (host, command) -> command run on that host
 
@@ -28,27 +28,6 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def pids_with_env(entry: str) -> list[int]:
-    """Live processes whose environment holds ``entry`` (``KEY=value``)."""
-    want = entry.encode()
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit() and p.name != str(os.getpid()):
-            try:
-                if want in (p / "environ").read_bytes().split(b"\0") and _alive(int(p.name)):
-                    out.append(int(p.name))
-            except OSError:
-                continue
-    return out
 
 
 class Deployment:
@@ -216,7 +195,7 @@ class Deployment:
     # -- teardown ----------------------------------------------------------------------------
     def leftovers(self) -> list[str]:
         pids = {p.pid for p in self.procs.values() if p.poll() is None} | set(pids_with_home(self.home))
-        return [f"{pid} {_cmdline(pid)}" for pid in sorted(pids) if _alive(pid)]
+        return [f"{pid} {_cmdline(pid)}" for pid in sorted(pids) if alive(pid)]
 
     def stop(self) -> None:
         """SIGTERM the CLI and the SuperNodes, then the SuperLink; SIGKILL whatever is left."""

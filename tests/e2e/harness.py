@@ -26,6 +26,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def pids_with_env(entry: str) -> list[int]:
+    """Live processes (other than this one) whose environment holds ``entry`` (``KEY=value``)."""
+    want = entry.encode()
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and p.name != str(os.getpid()):
+            try:
+                if want in (p / "environ").read_bytes().split(b"\0") and alive(int(p.name)):
+                    out.append(int(p.name))
+            except OSError:
+                continue
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def pids_with_home(home: Path) -> list[int]:
     """Processes whose environment has FLWR_HOME=home: what a test started and everything
     those spawned (SuperLink, SuperExec, simulation runtime, Ray, app processes).
@@ -33,17 +54,7 @@ def pids_with_home(home: Path) -> list[int]:
     Each harness has a private FLWR_HOME, so this never matches another session's processes
     (a port alone could: a stale process may still hold or retry a port we were handed).
     """
-    entry = f"FLWR_HOME={home}".encode()
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit() and p.name != str(os.getpid()):
-            try:
-                env = (p / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if entry in env:
-                out.append(int(p.name))
-    return out
+    return pids_with_env(f"FLWR_HOME={home}")
 
 
 def kill_all(pids: list[int]) -> None:
