@@ -13,48 +13,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_type_hints
 
+from fedrl import config_checks as ck
+from fedrl.config_checks import Check
 from fedrl.errors import ConfigError
-
-Check = Callable[[Any], str | None]  # returns what is allowed when the value is bad
-
-
-def _positive(v: Any) -> str | None:
-    return None if v > 0 else "must be > 0"
-
-
-def _non_negative(v: Any) -> str | None:
-    return None if v >= 0 else "must be >= 0"
-
-
-def _unit_open_closed(v: Any) -> str | None:
-    return None if 0 < v <= 1 else "must be in (0, 1]"
-
-
-def _unit_closed(v: Any) -> str | None:
-    return None if 0 <= v <= 1 else "must be in [0, 1]"
-
-
-def _hidden(v: Any) -> str | None:
-    try:
-        sizes = [int(s) for s in str(v).split(",") if s.strip()]
-    except ValueError:
-        sizes = []
-    return None if sizes and all(s > 0 for s in sizes) else "must be comma-separated positive ints, e.g. '64,64'"
-
-
-def _target(v: Any) -> str | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return None if math.isfinite(v) else "must be finite"
-    if str(v).strip().lower() in ("auto", "none"):
-        return None
-    try:
-        return None if math.isfinite(float(v)) else "must be a finite number, 'auto' or 'none'"
-    except ValueError:
-        return "must be 'auto' (the env's reward threshold), 'none' or a number"
 
 
 def opt(key: str, default: Any, help: str, check: Check | None = None) -> Any:
@@ -74,23 +39,23 @@ class EnvConfig:
 @dataclass(frozen=True)
 class AlgoConfig:
     name: Literal["ppo"] = opt("algo.name", "ppo", "local RL algorithm")
-    local_steps: int = opt("algo.local-steps", 1024, "env steps per node per round", _positive)
-    num_envs: int = opt("algo.num-envs", 8, "parallel envs per node (gymnasium.vector)", _positive)
-    num_steps: int = opt("algo.num-steps", 32, "steps per env per PPO rollout", _positive)
-    lr: float = opt("algo.lr", 2.5e-3, "Adam learning rate", _positive)
+    local_steps: int = opt("algo.local-steps", 1024, "env steps per node per round", ck.positive)
+    num_envs: int = opt("algo.num-envs", 8, "parallel envs per node (gymnasium.vector)", ck.positive)
+    num_steps: int = opt("algo.num-steps", 32, "steps per env per PPO rollout", ck.positive)
+    lr: float = opt("algo.lr", 2.5e-3, "Adam learning rate", ck.positive)
     anneal_lr: bool = opt("algo.anneal-lr", True, "anneal lr linearly to 0 over the whole run")
-    gamma: float = opt("algo.gamma", 0.99, "discount", _unit_closed)
-    gae_lambda: float = opt("algo.gae-lambda", 0.95, "GAE lambda", _unit_closed)
-    num_minibatches: int = opt("algo.num-minibatches", 4, "minibatches per epoch", _positive)
-    update_epochs: int = opt("algo.update-epochs", 4, "epochs per PPO update", _positive)
+    gamma: float = opt("algo.gamma", 0.99, "discount", ck.unit_closed)
+    gae_lambda: float = opt("algo.gae-lambda", 0.95, "GAE lambda", ck.unit_closed)
+    num_minibatches: int = opt("algo.num-minibatches", 4, "minibatches per epoch", ck.positive)
+    update_epochs: int = opt("algo.update-epochs", 4, "epochs per PPO update", ck.positive)
     norm_adv: bool = opt("algo.norm-adv", True, "normalize advantages per minibatch")
-    clip_coef: float = opt("algo.clip-coef", 0.2, "surrogate clipping epsilon", _positive)
+    clip_coef: float = opt("algo.clip-coef", 0.2, "surrogate clipping epsilon", ck.positive)
     clip_vloss: bool = opt("algo.clip-vloss", True, "clip the value loss")
-    ent_coef: float = opt("algo.ent-coef", 0.0, "entropy bonus coefficient", _non_negative)
-    vf_coef: float = opt("algo.vf-coef", 0.5, "value loss coefficient", _non_negative)
-    max_grad_norm: float = opt("algo.max-grad-norm", 0.5, "gradient-norm clip", _positive)
-    target_kl: float = opt("algo.target-kl", 0.0, "stop epochs past this KL (0: off)", _non_negative)
-    hidden: str = opt("algo.hidden", "64,64", "hidden layer sizes", _hidden)
+    ent_coef: float = opt("algo.ent-coef", 0.0, "entropy bonus coefficient", ck.non_negative)
+    vf_coef: float = opt("algo.vf-coef", 0.5, "value loss coefficient", ck.non_negative)
+    max_grad_norm: float = opt("algo.max-grad-norm", 0.5, "gradient-norm clip", ck.positive)
+    target_kl: float = opt("algo.target-kl", 0.0, "stop epochs past this KL (0: off)", ck.non_negative)
+    hidden: str = opt("algo.hidden", "64,64", "hidden layer sizes", ck.hidden)
     norm_obs: Literal["auto", "on", "off"] = opt(
         "algo.norm-obs", "auto", "running observation normalization (auto: on for continuous actions)")
     norm_reward: Literal["auto", "on", "off"] = opt(
@@ -121,26 +86,26 @@ class StrategyConfig:
     server_lr: float = opt("strategy.server-lr", 2.0,
                            "server step on the mean delta (1: plain FedAvg; adaptive optimizers want about 0.01; gossip: each "
                            "node's step on its own update before mixing)",
-                           _positive)
-    proximal_mu: float = opt("strategy.proximal-mu", 0.01, "FedProx mu (used by fedprox)", _non_negative)
-    momentum: float = opt("strategy.momentum", 0.9, "fedavgm: server momentum", _unit_closed)
-    beta1: float = opt("strategy.beta1", 0.9, "fedadagrad, fedadam, fedyogi: first-moment decay", _unit_closed)
-    beta2: float = opt("strategy.beta2", 0.99, "fedadam, fedyogi: second-moment decay", _unit_closed)
-    tau: float = opt("strategy.tau", 1e-3, "fedadagrad, fedadam, fedyogi: adaptivity (added to sqrt(v))", _positive)
+                           ck.positive)
+    proximal_mu: float = opt("strategy.proximal-mu", 0.01, "FedProx mu (used by fedprox)", ck.non_negative)
+    momentum: float = opt("strategy.momentum", 0.9, "fedavgm: server momentum", ck.unit_closed)
+    beta1: float = opt("strategy.beta1", 0.9, "fedadagrad, fedadam, fedyogi: first-moment decay", ck.unit_closed)
+    beta2: float = opt("strategy.beta2", 0.99, "fedadam, fedyogi: second-moment decay", ck.unit_closed)
+    tau: float = opt("strategy.tau", 1e-3, "fedadagrad, fedadam, fedyogi: adaptivity (added to sqrt(v))", ck.positive)
     trim: float = opt("strategy.trim", 0.1, "trimmed-mean: fraction of updates dropped at each end, per coordinate",
-                      _unit_closed)
+                      ck.unit_closed)
     byzantine: int = opt("strategy.byzantine", -1,
                          "krum, multi-krum: Byzantine nodes f to tolerate (-1: the attackers set in attack.*)")
-    krum_m: int = opt("strategy.krum-m", 0, "multi-krum: updates averaged (0: nodes - f)", _non_negative)
-    buffer: int = opt("strategy.buffer", 4, "fedbuff: updates buffered per server step (K)", _positive)
+    krum_m: int = opt("strategy.krum-m", 0, "multi-krum: updates averaged (0: nodes - f)", ck.non_negative)
+    buffer: int = opt("strategy.buffer", 4, "fedbuff: updates buffered per server step (K)", ck.positive)
     mixing: float = opt("strategy.mixing", 0.6, "fedasync: alpha in x += alpha s(staleness) (x_node - x)",
-                        _unit_open_closed)
+                        ck.unit_open_closed)
     staleness_exponent: float = opt("strategy.staleness-exponent", 0.5,
                                     "fedbuff, fedasync: an update tau versions old weighs (1 + tau)^-a (0: ignore "
-                                    "staleness)", _non_negative)
+                                    "staleness)", ck.non_negative)
     concurrency: int = opt("strategy.concurrency", 0,
                            "fedbuff, fedasync: nodes training at once (0: every node; at most one per SuperNode)",
-                           _non_negative)
+                           ck.non_negative)
 
 
 @dataclass(frozen=True)
@@ -149,9 +114,9 @@ class TopologyConfig:
         "topology.name", "star",
         "star (one server model), hierarchical (nodes, edges, cloud; HierFAVG) or gossip (no global model: each "
         "node mixes with its neighbours over topology.graph)")
-    edges: int = opt("topology.edges", 2, "hierarchical: number of edge aggregators", _positive)
+    edges: int = opt("topology.edges", 2, "hierarchical: number of edge aggregators", ck.positive)
     cloud_every: int = opt("topology.cloud-every", 2, "hierarchical: the cloud averages the edges every N rounds",
-                           _positive)
+                           ck.positive)
     assign: str = opt("topology.assign", "contiguous",
                       "hierarchical: node -> edge: contiguous, cluster (k-means on variant parameters) or one edge "
                       "index per node, e.g. '0,0,1,1'")
@@ -166,7 +131,7 @@ class TopologyConfig:
     graph: str = opt("topology.graph", "ring",
                      "gossip: ring, torus, regular (random d-regular), exponential, complete or one-peer "
                      "(time-varying one-peer exponential)")
-    degree: int = opt("topology.degree", 4, "gossip with topology.graph = regular: the degree d", _positive)
+    degree: int = opt("topology.degree", 4, "gossip with topology.graph = regular: the degree d", ck.positive)
 
 
 @dataclass(frozen=True)
@@ -182,10 +147,10 @@ class SelectionConfig:
 class RoundConfig:
     deadline_s: float = opt("round.deadline-s", 0.0,
                             "a train reply later than this many seconds after its plan went out is dropped from "
-                            "the round (0: wait up to round.timeout-s)", _non_negative)
+                            "the round (0: wait up to round.timeout-s)", ck.non_negative)
     timeout_s: float = opt("round.timeout-s", 600.0,
                            "a node silent this long after its plan went out (a straggler, a dead SuperNode) is "
-                           "dropped from the round and logged; the round goes on with the replies it has", _positive)
+                           "dropped from the round and logged; the round goes on with the replies it has", ck.positive)
 
 
 @dataclass(frozen=True)
@@ -194,29 +159,21 @@ class AttackConfig:
         "attack.name", "none",
         "experiments: Byzantine nodes send sign-flip (-scale x their update) or gaussian (N(0, scale^2) noise) "
         "instead of their update, or random-action (train on rollouts of random actions, as in FedPG-BR)")
-    fraction: float = opt("attack.fraction", 0.0, "fraction of nodes that attack (chosen by seed)", _unit_closed)
+    fraction: float = opt("attack.fraction", 0.0, "fraction of nodes that attack (chosen by seed)", ck.unit_closed)
     nodes: str = opt("attack.nodes", "", "explicit attacking nodes, e.g. '0,3' (overrides attack.fraction)")
-    scale: float = opt("attack.scale", 1.0, "sign-flip factor, or gaussian std", _positive)
+    scale: float = opt("attack.scale", 1.0, "sign-flip factor, or gaussian std", ck.positive)
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    every: int = opt("eval.every", 1, "evaluate the server model every N rounds (0: only at the end)", _non_negative)
-    episodes: int = opt("eval.episodes", 5, "episodes per variant", _positive)
+    every: int = opt("eval.every", 1, "evaluate the server model every N rounds (0: only at the end)", ck.non_negative)
+    episodes: int = opt("eval.episodes", 5, "episodes per variant", ck.positive)
     target_return: str = opt(
-        "eval.target-return", "auto", "return that counts as solved: auto (env threshold), none or a number", _target)
+        "eval.target-return", "auto", "return that counts as solved: auto (env threshold), none or a number", ck.target)
     stop_at_target: bool = opt("eval.stop-at-target", False, "end the run once every variant reaches the target")
 
 
 COMPRESSOR_NAMES = ("none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign")
-
-
-def _bits(v: Any) -> str | None:
-    return None if 1 <= v <= 16 else "must be an int in [1, 16]"
-
-
-def _ring_bits(v: Any) -> str | None:
-    return None if v == 0 or 2 <= v <= 32 else "must be 0 (auto: the smallest ring that cannot wrap) or in [2, 32]"
 
 
 @dataclass(frozen=True)
@@ -225,11 +182,11 @@ class CompressionConfig:
                          "uplink compressor: none (float32 weights), fp16, bf16, quantize, qsgd, topk, randk, sign")
     down: Literal["none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign"] = opt("compression.down", "none",
                            "downlink: none (full weights) or a compressor for the global-model delta")
-    bits: int = opt("compression.bits", 8, "quantize: bits per coordinate", _bits)
-    fraction: float = opt("compression.fraction", 0.01, "topk/randk: fraction of coordinates kept", _unit_open_closed)
-    levels: int = opt("compression.levels", 16, "qsgd: quantization levels s", _positive)
+    bits: int = opt("compression.bits", 8, "quantize: bits per coordinate", ck.bits)
+    fraction: float = opt("compression.fraction", 0.01, "topk/randk: fraction of coordinates kept", ck.unit_open_closed)
+    levels: int = opt("compression.levels", 16, "qsgd: quantization levels s", ck.positive)
     chunk: int = opt("compression.chunk", 0, "quantize: one scale per chunk of this many coordinates (0: per update)",
-                     _non_negative)
+                     ck.non_negative)
     error_feedback: Literal["auto", "on", "ef21", "off"] = opt(
         "compression.error-feedback", "auto",
         "on: resend what a compressor dropped (EF-SGD); ef21: compress the change of each node's update "
@@ -241,18 +198,14 @@ class SecAggConfig:
     enabled: bool = opt("secagg.enabled", False, "secure aggregation (SecAgg+): the server learns only the sum")
     threshold: float = opt("secagg.threshold", 0.6,
                            "fraction of a node's share holders (neighbours + itself) needed to reconstruct its secrets",
-                           _unit_open_closed)
+                           ck.unit_open_closed)
     neighbors: int = opt("secagg.neighbors", 0, "SecAgg+ neighbours per node, even (0: all nodes, plain SecAgg)",
-                         _non_negative)
-    bits: int = opt("secagg.bits", 0, "ring Z_(2^bits) for masked sums (0: auto)", _ring_bits)
+                         ck.non_negative)
+    bits: int = opt("secagg.bits", 0, "ring Z_(2^ck.bits) for masked sums (0: auto)", ck.ring_bits)
     clip_range: float = opt("secagg.clip-range", 0.5,
                             "each coordinate of a node's weighted update is clipped to [-r, r] and quantized with "
-                            "compression.bits over that range", _positive)
+                            "compression.bits over that range", ck.positive)
     send_metrics: bool = opt("secagg.send-metrics", False, "also send per-node training metrics in the clear")
-
-
-def _unit_open(v: Any) -> str | None:
-    return None if 0 < v < 1 else "must be in (0, 1)"
 
 
 def norm_on(setting: str, continuous: bool) -> bool:
@@ -267,38 +220,38 @@ class PrivacyConfig:
         "client-level DP: central (nodes clip, the server adds Gaussian noise to the sum, DP-FedAvg), "
         "distributed (with secagg: each node adds Skellam noise inside the ring), local (each node noises its own "
         "clipped update), off")
-    clip_norm: float = opt("privacy.clip-norm", 1.0, "L2 bound C on each node's whole update", _positive)
+    clip_norm: float = opt("privacy.clip-norm", 1.0, "L2 bound C on each node's whole update", ck.positive)
     noise_multiplier: float = opt(
         "privacy.noise-multiplier", 0.0,
-        "noise std / C (0: derive it from privacy.target-epsilon over num-server-rounds)", _non_negative)
+        "noise std / C (0: derive it from privacy.target-epsilon over num-server-rounds)", ck.non_negative)
     target_epsilon: float = opt(
         "privacy.target-epsilon", 0.0,
         "privacy budget at privacy.delta: with noise-multiplier 0 the noise is set to meet it after the planned "
         "rounds; with a noise multiplier the run stops before a round that would exceed it (0: no budget)",
-        _non_negative)
-    delta: float = opt("privacy.delta", 1e-5, "δ of the reported (ε, δ)", _unit_open)
+        ck.non_negative)
+    delta: float = opt("privacy.delta", 1e-5, "δ of the reported (ε, δ)", ck.unit_open)
     accountant: Literal["rdp", "prv"] = opt("privacy.accountant", "rdp", "Opacus accountant: rdp or prv")
     adaptive_clip: bool = opt("privacy.adaptive-clip", False,
                               "central: the clip norm tracks a quantile of update norms (Andrew et al. 2021); "
                               "privacy.clip-norm is where it starts")
     target_quantile: float = opt("privacy.target-quantile", 0.5, "adaptive clip: fraction of updates left unclipped",
-                                 _unit_open)
-    clip_lr: float = opt("privacy.clip-lr", 0.2, "adaptive clip: geometric step of the clip norm per round", _positive)
+                                 ck.unit_open)
+    clip_lr: float = opt("privacy.clip-lr", 0.2, "adaptive clip: geometric step of the clip norm per round", ck.positive)
     count_noise: float = opt("privacy.count-noise", 0.0,
                              "adaptive clip: std of the noise on the count of unclipped updates (0: nodes per "
-                             "round / 20, as the paper suggests)", _non_negative)
+                             "round / 20, as the paper suggests)", ck.non_negative)
     dpsgd: bool = opt("privacy.dpsgd", False,
                       "sample-level DP in local training: DP-SGD (Opacus) on every PPO minibatch; the privacy unit is "
                       "one rollout segment (algo.num-steps transitions of one env copy)")
     dpsgd_noise_multiplier: float = opt("privacy.dpsgd-noise-multiplier", 1.0,
                                         "DP-SGD: noise std / dpsgd-clip-norm on each minibatch's gradient sum",
-                                        _positive)
+                                        ck.positive)
     dpsgd_clip_norm: float = opt("privacy.dpsgd-clip-norm", 1.0, "DP-SGD: L2 bound on each segment's gradient",
-                                 _positive)
+                                 ck.positive)
     audit_canaries: int = opt("privacy.audit-canaries", 0,
                               "one-run audit (Steinke et al. 2023), central mode: plant this many canary updates, "
                               "each included with probability 1/2, and report an empirical ε lower bound (0: off)",
-                              _non_negative)
+                              ck.non_negative)
     unsafe_no_noise: bool = opt("privacy.unsafe-no-noise", False,
                                 "only to check the audit: add no noise but account as if it did; the reported ε is "
                                 "then false (needs privacy.audit-canaries)")
@@ -306,11 +259,11 @@ class PrivacyConfig:
 
 @dataclass(frozen=True)
 class NodesConfig:
-    count: int = opt("nodes.count", 8, "federation size: one environment variant per node", _positive)
-    wait_s: float = opt("nodes.wait-s", 120.0, "how long the server waits for nodes to connect", _positive)
+    count: int = opt("nodes.count", 8, "federation size: one environment variant per node", ck.positive)
+    wait_s: float = opt("nodes.wait-s", 120.0, "how long the server waits for nodes to connect", ck.positive)
     dropout_prob: float = opt("nodes.dropout-prob", 0.0,
                               "experiments: probability that a node fails to answer, seeded by (seed, round, node)",
-                              _unit_closed)
+                              ck.unit_closed)
     speed: str = opt("nodes.speed", "1",
                      "experiments: per-node slowdown factor >= 1 (a number, uniform(a, b), loguniform(a, b), "
                      "linspace(a, b), choice(...) drawn by seed and node, or one factor per node, e.g. '1,1,4'); a "
@@ -323,13 +276,13 @@ class NodesConfig:
 
 @dataclass(frozen=True)
 class Config:
-    num_server_rounds: int = opt("num-server-rounds", 30, "federated rounds", _positive)
-    seed: int = opt("seed", 0, "seed of variants, sampling, training and evaluation", _non_negative)
+    num_server_rounds: int = opt("num-server-rounds", 30, "federated rounds", ck.positive)
+    seed: int = opt("seed", 0, "seed of variants, sampling, training and evaluation", ck.non_negative)
     output_dir: str = opt("output-dir", "runs", "where run folders go")
     run_name: str = opt("run-name", "", "run folder name (empty: generated)")
     resume: str = opt("resume", "", "resume a killed run: 'true' (the run-name folder) or a run folder path")
-    fraction_train: float = opt("fraction-train", 1.0, "fraction of nodes trained each round", _unit_open_closed)
-    min_train_nodes: int = opt("min-train-nodes", 2, "at least this many nodes per round", _positive)
+    fraction_train: float = opt("fraction-train", 1.0, "fraction of nodes trained each round", ck.unit_open_closed)
+    min_train_nodes: int = opt("min-train-nodes", 2, "at least this many nodes per round", ck.positive)
     env: EnvConfig = field(default_factory=EnvConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)

@@ -1,0 +1,57 @@
+"""Range checks of run-config values: each returns None when the value is allowed, else what is
+allowed ("must be > 0"), which ``fedrl.config`` reports with the key's name."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+Check = Callable[[Any], str | None]
+
+
+def positive(v: Any) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "must be >= 0"
+
+
+def unit_open_closed(v: Any) -> str | None:
+    return None if 0 < v <= 1 else "must be in (0, 1]"
+
+
+def unit_closed(v: Any) -> str | None:
+    return None if 0 <= v <= 1 else "must be in [0, 1]"
+
+
+def hidden(v: Any) -> str | None:
+    try:
+        sizes = [int(s) for s in str(v).split(",") if s.strip()]
+    except ValueError:
+        sizes = []
+    return None if sizes and all(s > 0 for s in sizes) else "must be comma-separated positive ints, e.g. '64,64'"
+
+
+def target(v: Any) -> str | None:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return None if math.isfinite(v) else "must be finite"
+    if str(v).strip().lower() in ("auto", "none"):
+        return None
+    try:
+        return None if math.isfinite(float(v)) else "must be a finite number, 'auto' or 'none'"
+    except ValueError:
+        return "must be 'auto' (the env's reward threshold), 'none' or a number"
+
+
+def bits(v: Any) -> str | None:
+    return None if 1 <= v <= 16 else "must be an int in [1, 16]"
+
+
+def ring_bits(v: Any) -> str | None:
+    return None if v == 0 or 2 <= v <= 32 else "must be 0 (auto: the smallest ring that cannot wrap) or in [2, 32]"
+
+
+def unit_open(v: Any) -> str | None:
+    return None if 0 < v < 1 else "must be in (0, 1)"
