@@ -3,30 +3,32 @@
 Flower keeps ``context.state`` in the SuperNode's memory: a restarted SuperNode has lost it.
 With ``--node-config "state-dir=DIR"`` a node also writes its state (optimizer moments,
 error-feedback residuals, accountant history, normalizer statistics, its gossip model) to
-``DIR/fedrl-node{i}.npz`` after every round, atomically (a temporary file, fsync, rename), and a
-node whose in-memory state is empty reads it back.
+``DIR/fedrl-node{i}.npz`` after every round, atomically and mode 0600 (``fedrl.atomic``: a random
+temporary name, fsync, rename; a symlink planted in the folder is never followed), and a node
+whose in-memory state is empty reads it back.
 
 The file is bound to the run: it stores a fingerprint of the run's identity (the uid the server
 makes when a run starts and keeps in its checkpoint, so a resumed run is the same run) and of the
 run config (less the keys that only say where the run folder is), and is only used by the same
 run with the same config. A file that cannot be read, or that belongs to
 another run or config, is reported and ignored (the node starts fresh and the next save
-replaces it): never a crash, never another run's state. Arrays only; loaded with
-``allow_pickle=False``.
+replaces it): never a crash, never another run's state. Every way a file can be corrupt (torn,
+bit-flipped, not a zip, an object array, a header declaring more than is stored, a missing or
+malformed round) counts as unreadable. Arrays only; loaded with ``allow_pickle=False``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedrl.atomic import PRIVATE, write_with
+from fedrl.checkpoint import UNREADABLE, read_npz
 from fedrl.config import LOCATION_KEYS
 
 _ID, _ROUND = "__fedrl.identity", "__fedrl.round"
@@ -54,29 +56,24 @@ def save(path: Path, ident: str, rnd: int, arrays: Mapping[str, np.ndarray]) -> 
     The state it replaces is kept as ``previous_path(path)``: a server that resumes from a
     checkpoint one round back asks again for a round the node already saved after."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     payload: dict[str, Any] = {_ID: np.frombuffer(ident.encode(), np.uint8), _ROUND: np.asarray([rnd], np.int64),
                                **arrays}
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **payload)
-        fh.flush()
-        os.fsync(fh.fileno())
-    if path.exists():
-        os.replace(path, previous_path(path))  # a crash here leaves the previous copy: load() takes it
-    os.replace(tmp, path)
+    # A crash between the two renames leaves the previous copy and no current file: load() takes it.
+    write_with(path, lambda fh: np.savez(fh, **payload), PRIVATE, keep=previous_path(path))
 
 
 def _read(path: Path, ident: str) -> tuple[dict[str, np.ndarray] | None, int, str | None]:
     try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        arrays = read_npz(path)
+        got = arrays.pop(_ID, np.zeros(0, np.uint8)).tobytes().decode(errors="replace")
+        rnd_arr = arrays.pop(_ROUND, np.zeros(1, np.int64))
+        if rnd_arr.shape != (1,) or rnd_arr.dtype.kind not in "iu" or int(rnd_arr[0]) < 0:
+            raise ValueError(f"its round is {rnd_arr!r}, not one integer >= 0")
+    except UNREADABLE as err:
         return None, 0, f"state file {path} is unreadable ({type(err).__name__}: {err}); starting fresh"
-    got = arrays.pop(_ID, np.zeros(0, np.uint8)).tobytes().decode(errors="replace")
-    rnd = arrays.pop(_ROUND, np.zeros(1, np.int64))
     if got != ident:
         return None, 0, f"state file {path} belongs to another run or config; starting fresh"
-    return arrays, int(rnd[0]) if rnd.size else 0, None
+    return arrays, int(rnd_arr[0]), None
 
 
 def load(path: Path, ident: str, before: int | None = None) -> tuple[dict[str, np.ndarray] | None, int, str | None]:
