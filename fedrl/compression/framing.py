@@ -46,28 +46,41 @@ def frame(c: Compressed) -> Frame:
     return Frame(c.name, c.n, keys, dtypes, lengths, blob)
 
 
-def unframe(f: Frame) -> Compressed:
-    """The ``Compressed`` a ``Frame`` describes.
+MAX_ARRAYS = 8  # no compressor's payload has more than 3 arrays
+
+
+def unframe(f: Frame, n: int | None = None) -> Compressed:
+    """The ``Compressed`` a ``Frame`` describes; with ``n``, its decoded length must be ``n``.
+
+    The whole table is checked against the blob before any array is copied out of it, so a
+    lying table costs nothing: at most ``MAX_ARRAYS`` arrays of unique names, allow-listed
+    dtypes, lengths >= 0 whose bytes add up to exactly the blob's size.
 
     Raises:
         ValueError: unknown dtype, inconsistent table, or a blob of the wrong size.
     """
     if not (len(f.keys) == len(f.dtypes) == len(f.lengths)):
         raise ValueError("payload table columns differ in length")
+    if len(f.keys) > MAX_ARRAYS or len(set(f.keys)) != len(f.keys):
+        raise ValueError(f"payload table must name at most {MAX_ARRAYS} arrays, each once; got {len(f.keys)}")
     if f.blob.dtype != np.uint8 or f.blob.ndim != 1:
         raise ValueError("payload blob must be a 1-D uint8 array")
-    arrays: dict[str, np.ndarray] = {}
-    at = 0
-    for k, d, n in zip(f.keys, f.dtypes, f.lengths, strict=True):
+    if not isinstance(f.n, int) or f.n < 0 or (n is not None and f.n != n):
+        raise ValueError(f"payload decodes to {f.n!r} values; the model has {'any' if n is None else n}")
+    total = 0
+    for k, d, length in zip(f.keys, f.dtypes, f.lengths, strict=True):
         if d not in _DTYPES:
             raise ValueError(f"payload array {k!r} has dtype {d!r}; allowed: {', '.join(_DTYPES)}")
-        if n < 0:
-            raise ValueError(f"payload array {k!r} has negative length")
-        size = n * np.dtype(d).itemsize
-        if at + size > f.blob.size:
-            raise ValueError("payload blob is shorter than its table says")
+        if not isinstance(length, int) or length < 0:
+            raise ValueError(f"payload array {k!r} has length {length!r}; must be an int >= 0")
+        total += length * np.dtype(d).itemsize
+    if total != f.blob.size:
+        side = "shorter" if f.blob.size < total else "longer"
+        raise ValueError(f"payload blob is {f.blob.size} bytes, {side} than its table says ({total})")
+    arrays: dict[str, np.ndarray] = {}
+    at = 0
+    for k, d, length in zip(f.keys, f.dtypes, f.lengths, strict=True):
+        size = length * np.dtype(d).itemsize
         arrays[k] = f.blob[at:at + size].view(np.dtype(d).newbyteorder("<")).astype(d)
         at += size
-    if at != f.blob.size:
-        raise ValueError("payload blob is longer than its table says")
     return Compressed(f.name, arrays, int(f.n))

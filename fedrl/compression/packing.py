@@ -137,12 +137,17 @@ def pack_indices(indices: np.ndarray, n: int) -> tuple[str, np.ndarray]:
 def unpack_indices(kind: str, data: np.ndarray, n: int, k: int) -> np.ndarray:
     """Inverse of :func:`pack_indices`: the ``k`` sorted indices as a 1-D ``int64`` array.
 
+    Every index is unique and in ``[0, n)``; ``k <= n`` and the gap width are checked before
+    anything of size ``k`` is allocated.
+
     Raises:
         ValueError: on an unknown ``kind`` or data inconsistent with ``n`` and ``k``.
     """
     d = np.asarray(data)
     if d.dtype != np.uint8 or d.ndim != 1:
         raise ValueError(f"index data must be a 1-D uint8 array, got dtype={d.dtype} ndim={d.ndim}")
+    if not 0 <= k <= n:
+        raise ValueError(f"k={k} indices cannot be unique in [0, {n})")
     if kind == "bitmap":
         if d.size != _bitmap_nbytes(n):
             raise ValueError(f"bitmap has {d.size} bytes, expected {_bitmap_nbytes(n)} for n={n}")
@@ -154,8 +159,11 @@ def unpack_indices(kind: str, data: np.ndarray, n: int, k: int) -> np.ndarray:
         if d.size < 1:
             raise ValueError("delta index data is empty (missing width byte)")
         width = int(d[0])
-        _check_bits(width, _MAX_INTERNAL_BITS)
+        # No gap of a set in [0, n) needs more bits than n - 1; a wider claim would only cost memory.
+        _check_bits(width, min(_MAX_INTERNAL_BITS, max(1, (n - 1).bit_length())))
         gaps = _unpack(d[1:], width, k).astype(np.int64)
+        if gaps.size > 1 and not bool(np.all(gaps[1:] > 0)):
+            raise ValueError("delta indices repeat (a gap of 0 after the first)")
         idx = np.cumsum(gaps, dtype=np.int64)
         if idx.size and (int(idx[-1]) >= n):
             raise ValueError(f"decoded indices exceed n={n}")

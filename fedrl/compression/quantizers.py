@@ -10,6 +10,14 @@ from fedrl.compression.base import Compressed, Compressor, _as_update, _check_in
 from fedrl.compression.packing import pack_bits, unpack_bits
 
 
+def _one(c: Compressed, key: str) -> np.float32:
+    """The payload's scalar ``key`` (an array of shape (1,)), as float32."""
+    a = np.asarray(c.arrays[key])
+    if a.shape != (1,):
+        raise ValueError(f"{c.name} payload's {key!r} must hold one value, got shape {a.shape}")
+    return np.float32(a.astype(np.float32)[0])
+
+
 class Quantize(Compressor):
     """``quantize``: uniform ``bits``-bit quantization with stochastic rounding, packed at ``bits`` bits.
 
@@ -76,10 +84,10 @@ class Quantize(Compressor):
         n = int(c.n)
         cl = self._chunk_len(n)
         scale = np.asarray(c.arrays["scale"], dtype=np.float32).astype(np.float64)
-        q = unpack_bits(np.asarray(c.arrays["codes"]), self.bits, n).astype(np.float64)
         expected = -(-n // cl) if n else (0 if self.chunk > 0 else 1)
         if scale.shape != (expected,):
             raise ValueError(f"quantize payload has {scale.size} scales; n={n}, chunk={self.chunk} needs {expected}")
+        q = unpack_bits(np.asarray(c.arrays["codes"]), self.bits, n).astype(np.float64)
         per_elem = np.repeat(scale, cl)[:n]
         levels = (1 << self.bits) - 1
         out: np.ndarray = (-per_elem + q * (2.0 * per_elem / levels)).astype(np.float32)
@@ -125,7 +133,7 @@ class QSGD(Compressor):
     def decode(self, c: Compressed) -> np.ndarray:
         self._check_payload(c, ("norm", "levels", "signs"))
         n = int(c.n)
-        norm = float(np.asarray(c.arrays["norm"], dtype=np.float32)[0])
+        norm = float(_one(c, "norm"))
         lvl = unpack_bits(np.asarray(c.arrays["levels"]), self.code_bits, n).astype(np.float64)
         sign = 1.0 - 2.0 * unpack_bits(np.asarray(c.arrays["signs"]), 1, n).astype(np.float64)
         out: np.ndarray = (norm * sign * lvl / self.levels).astype(np.float32)
@@ -152,7 +160,7 @@ class SignCompressor(Compressor):
 
     def decode(self, c: Compressed) -> np.ndarray:
         self._check_payload(c, ("scale", "signs"))
-        scale = np.float32(np.asarray(c.arrays["scale"], dtype=np.float32)[0])
+        scale = _one(c, "scale")
         neg = unpack_bits(np.asarray(c.arrays["signs"]), 1, int(c.n))
         out: np.ndarray = np.where(neg == 1, -scale, scale).astype(np.float32)
         return out

@@ -85,6 +85,11 @@ def pack_ring(values: np.ndarray, bits: int) -> np.ndarray:
     return np.concatenate([lo, pack_bits(v >> np.uint64(16), bits - 16)])
 
 
+def ring_bytes(n: int, bits: int) -> int:
+    """The size of ``pack_ring`` of ``n`` elements of ``bits`` bits."""
+    return (n * min(bits, 16) + 7) // 8 + ((n * (bits - 16) + 7) // 8 if bits > 16 else 0)
+
+
 def unpack_ring(packed: np.ndarray, bits: int, n: int) -> np.ndarray:
     """Inverse of ``pack_ring``.
 
@@ -93,9 +98,8 @@ def unpack_ring(packed: np.ndarray, bits: int, n: int) -> np.ndarray:
     """
     p = np.asarray(packed, np.uint8)
     lo_len = (n * min(bits, 16) + 7) // 8
-    hi_len = (n * (bits - 16) + 7) // 8 if bits > 16 else 0
-    if p.shape != (lo_len + hi_len,):
-        raise ValueError(f"masked vector has {p.size} bytes; {n} elements of {bits} bits need {lo_len + hi_len}")
+    if p.shape != (ring_bytes(n, bits),):
+        raise ValueError(f"masked vector has {p.size} bytes; {n} elements of {bits} bits need {ring_bytes(n, bits)}")
     lo = unpack_bits(p[:lo_len], min(bits, 16), n).astype(np.uint64)
     if bits <= 16:
         return lo

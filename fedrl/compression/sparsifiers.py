@@ -13,7 +13,16 @@ def _index_payload(idx: np.ndarray, n: int) -> dict[str, np.ndarray]:
     return {f"idx_{kind}": data}
 
 
+def _values(c: Compressed, k: int) -> np.ndarray:
+    """The payload's float32 ``values``, which must number exactly ``k`` (checked before any copy)."""
+    v = np.asarray(c.arrays["values"])
+    if v.ndim != 1 or v.size != k:
+        raise ValueError(f"{c.name} payload has {v.size} values; its fraction keeps k={k} of n={c.n}")
+    return np.asarray(v, dtype=np.float32)
+
+
 def _index_from_payload(c: Compressed, k: int) -> np.ndarray:
+    """The payload's ``k`` indices: strictly increasing (no duplicates) and below ``c.n``."""
     for kind in ("bitmap", "delta"):
         key = f"idx_{kind}"
         if key in c.arrays:
@@ -51,8 +60,14 @@ class TopK(Compressor):
         return Compressed(self.name, {"values": a[idx].copy(), **_index_payload(idx, n)}, n)
 
     def decode(self, c: Compressed) -> np.ndarray:
+        """The float32 update of length ``c.n``.
+
+        Raises:
+            ValueError: not exactly ``k`` values for this fraction, or indices that are out of
+                range or repeated (checked before anything of their size is allocated).
+        """
         self._check_payload(c, ("values",))
-        values = np.asarray(c.arrays["values"], dtype=np.float32)
+        values = _values(c, _k_of(self.fraction, int(c.n)))
         idx = _index_from_payload(c, int(values.size))
         out = np.zeros(int(c.n), dtype=np.float32)
         out[idx] = values
@@ -101,10 +116,10 @@ class RandK(Compressor):
 
     def decode(self, c: Compressed) -> np.ndarray:
         self._check_payload(c, ("seed", "values"))
-        values = np.asarray(c.arrays["values"], dtype=np.float32)
+        values = _values(c, _k_of(self.fraction, int(c.n)))
         seed_arr = np.asarray(c.arrays["seed"])
-        if seed_arr.shape != (1,) or not np.issubdtype(seed_arr.dtype, np.integer):
-            raise ValueError(f"randk seed must be an integer array of shape (1,), got {seed_arr.dtype}{seed_arr.shape}")
+        if seed_arr.shape != (1,) or not np.issubdtype(seed_arr.dtype, np.integer) or int(seed_arr[0]) < 0:
+            raise ValueError(f"randk seed must be one integer >= 0, got {seed_arr.dtype}{seed_arr.shape}")
         idx = self.indices(int(seed_arr[0]), int(c.n), int(values.size))
         out = np.zeros(int(c.n), dtype=np.float32)
         out[idx] = values

@@ -1,13 +1,16 @@
 """Wire format: typed fedrl values <-> Flower records. The only module with message keys.
 
-Weights travel as ``ArrayRecord``s (NumPy ``.npy`` bytes, loaded with
-``allow_pickle=False`` by Flower), scalars as ``ConfigRecord``s, and a compressed payload as one uint8 blob. Nothing is
-pickled. ``wire_bytes`` measures what actually crosses the wire: the deflated bytes of every
+Weights travel as ``ArrayRecord``s (NumPy ``.npy`` bytes), scalars as ``ConfigRecord``s, and a
+compressed payload as one uint8 blob. Nothing is pickled. A node's reply is decoded by
+``fedrl.flower.safe_arrays``' checked rules against the server's ``Layout`` (allow-listed dtypes,
+the expected shapes before any allocation, a payload size bounded by the model). ``wire_bytes`` measures what actually crosses the wire: the deflated bytes of every
 object in the message's object tree, the unit Flower 1.42 transfers.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -18,6 +21,7 @@ from fedrl.compression.base import Compressed
 from fedrl.compression.downlink import Downlink
 from fedrl.compression.framing import Frame, frame, unframe
 from fedrl.federation import Reply
+from fedrl.flower.safe_arrays import RAW_STYPE, WireError, decode_arrays, decode_blob  # callers use codec.WireError
 from fedrl.rl.normalize import Moments
 from fedrl.rl.train import LocalPlan, NodeState
 from fedrl.topology.gossip import Mix
@@ -37,8 +41,28 @@ REPORTED_METRICS = ("train_return", "train_seconds", "clip_below", "dpsgd_epsilo
 PUBLIC_METRICS = ("dpsgd_epsilon",)  # sent even under secure aggregation: they say nothing about the data
 
 
-class WireError(ValueError):
-    """A message lacks a record or field fedrl expects, or has the wrong type."""
+@dataclass(frozen=True)
+class Layout:
+    """What the server expects in a reply: the model's array shapes (float32) and the observation
+    dimension (its moments are ``2 * obs_dim + 1`` floats)."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    obs_dim: int
+
+    @property
+    def n(self) -> int:
+        """Number of model parameters."""
+        return sum(math.prod(s) for s in self.shapes)
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """The largest compressed-payload blob a reply may carry.
+
+        The largest payload a fedrl compressor makes is ``quantize`` with ``compression.chunk = 1``:
+        a float32 scale and up to 16 bits of code per parameter (6 bytes); topk at fraction 1 is
+        4 bytes plus a bitmap. 8 bytes per parameter plus 4 KiB covers every one with room.
+        """
+        return 8 * self.n + 4096
 
 
 def wire_bytes(msg: Message) -> int:
@@ -51,6 +75,7 @@ def content_bytes(rec: RecordDict) -> int:
 
 
 def _arrays(rec: RecordDict, key: str) -> list[np.ndarray]:
+    # Server -> node direction (plans, gossip models): the server is trusted with the weights.
     if key not in rec.array_records:
         raise WireError(f"missing array record '{key}'")
     return rec.array_records[key].to_numpy_ndarrays()
@@ -76,12 +101,15 @@ def _put_moments(cr: ConfigRecord, m: Moments | None) -> None:
         cr[_MOMENTS] = [float(x) for x in m.to_array()]
 
 
-def _get_moments(cr: ConfigRecord) -> Moments | None:
+def _get_moments(cr: ConfigRecord, obs_dim: int | None = None) -> Moments | None:
     if _MOMENTS not in cr:
         return None
     v = cr[_MOMENTS]
     if not isinstance(v, list) or not all(isinstance(x, float) for x in v):
         raise WireError(f"field '{_MOMENTS}' must be a list of floats")
+    if obs_dim is not None and len(v) != 2 * obs_dim + 1:
+        raise WireError(f"field '{_MOMENTS}' has {len(v)} floats; observations of dimension {obs_dim} "
+                        f"need {2 * obs_dim + 1} (count, means, second moments)")
     try:
         return Moments.from_array(np.asarray(v, np.float64))
     except ValueError as err:
@@ -89,7 +117,7 @@ def _get_moments(cr: ConfigRecord) -> Moments | None:
 
 
 # --- compressed payloads: one uint8 blob + its table (fedrl.compression.framing) -------------
-_RAW = "raw"  # a blob Array's stype: the bytes themselves, without an .npy header (~130 bytes saved)
+_RAW = RAW_STYPE  # a blob Array's stype: the bytes themselves, without an .npy header (~130 bytes saved)
 
 
 def _put_payload(cr: ConfigRecord, prefix: str, c: Compressed) -> Array:
@@ -99,19 +127,16 @@ def _put_payload(cr: ConfigRecord, prefix: str, c: Compressed) -> Array:
     return Array(dtype="uint8", shape=(int(f.blob.size),), stype=_RAW, data=f.blob.tobytes())
 
 
-def _blob(rec: RecordDict) -> np.ndarray:
+def _blob(rec: RecordDict, max_bytes: int | None = None) -> np.ndarray:
     if _WEIGHTS not in rec.array_records:
         raise WireError(f"missing array record '{_WEIGHTS}'")
     ar = rec.array_records[_WEIGHTS]
     if list(ar) != ["blob"]:
         raise WireError("a compressed payload travels as exactly one array named 'blob'")
-    a = ar["blob"]
-    if a.stype != _RAW or a.dtype != "uint8" or a.shape != (len(a.data),):
-        raise WireError("the payload blob must be raw uint8 bytes")
-    return np.frombuffer(a.data, dtype=np.uint8)
+    return decode_blob(ar["blob"], max_bytes)
 
 
-def _get_payload(cr: ConfigRecord, prefix: str, blob: np.ndarray) -> Compressed:
+def _get_payload(cr: ConfigRecord, prefix: str, blob: np.ndarray, n: int | None = None) -> Compressed:
     name = cr.get(f"{prefix}.name")
     keys, dtypes, lengths = (cr.get(f"{prefix}.{k}", []) for k in ("keys", "dtypes", "lens"))
     if not isinstance(name, str) or not all(isinstance(x, list) for x in (keys, dtypes, lengths)):
@@ -121,7 +146,7 @@ def _get_payload(cr: ConfigRecord, prefix: str, blob: np.ndarray) -> Compressed:
         raise WireError(f"malformed '{prefix}' payload table")
     try:
         return unframe(Frame(name, _int(cr, f"{prefix}.n"), cast(list, keys), cast(list, dtypes),
-                             cast(list, lengths), np.asarray(blob)))
+                             cast(list, lengths), np.asarray(blob)), n)
     except ValueError as err:
         raise WireError(f"'{prefix}' payload: {err}") from err
 
@@ -206,16 +231,42 @@ def encode_reply(reply: Reply) -> RecordDict:
     return rec
 
 
-def decode_reply(rec: RecordDict) -> Reply:
+def decode_reply(rec: RecordDict, layout: Layout | None = None) -> Reply:
+    """A node's reply, decoded by checked rules (``fedrl.flower.safe_arrays``).
+
+    With ``layout`` (the server always passes it) weights must be float32 arrays of exactly its
+    shapes, a payload blob at most ``layout.max_payload_bytes`` and decoding to ``layout.n``
+    values, moments ``2 * obs_dim + 1`` floats. Without it shapes come from the headers (still
+    allow-listed and bounded by the bytes received). Reported metrics must be finite floats;
+    other ``m.`` fields are dropped.
+
+    Raises:
+        WireError: a missing or mistyped record or field, or an array or payload outside the rules.
+    """
     cr = _config(rec, _REPLY)
-    m = {k[len(_METRIC):]: float(cast(float, v)) for k, v in cr.items()
-         if k.startswith(_METRIC) and isinstance(v, (int, float)) and not isinstance(v, bool)}
-    moments = _get_moments(cr)
+    m = _get_metrics(cr)
+    moments = _get_moments(cr, None if layout is None else layout.obs_dim)
     if f"{_UPDATE}.name" in cr:
-        update = _get_payload(cr, _UPDATE, _blob(rec))
+        n = None if layout is None else layout.n
+        update = _get_payload(cr, _UPDATE, _blob(rec, None if layout is None else layout.max_payload_bytes), n)
         ef_base = _int(cr, "ef-base") if "ef-base" in cr else -1
         return Reply(_int(cr, "node"), [], _int(cr, "env-steps"), moments, m, update, ef_base)
-    return Reply(_int(cr, "node"), _arrays(rec, _WEIGHTS), _int(cr, "env-steps"), moments, m)
+    if _WEIGHTS not in rec.array_records:
+        raise WireError(f"missing array record '{_WEIGHTS}'")
+    weights = decode_arrays(rec.array_records[_WEIGHTS], np.float32, None if layout is None else layout.shapes)
+    return Reply(_int(cr, "node"), weights, _int(cr, "env-steps"), moments, m)
+
+
+def _get_metrics(cr: ConfigRecord) -> dict[str, float]:
+    out = {}
+    for k in REPORTED_METRICS:
+        v = cr.get(f"{_METRIC}{k}")
+        if v is None:
+            continue
+        if not isinstance(v, float) or not math.isfinite(v):
+            raise WireError(f"field '{_METRIC}{k}' must be a finite float, got {v!r:.40}")
+        out[k] = v
+    return out
 
 
 # --- hello: which partition does a SuperNode serve? ---------------------------------------

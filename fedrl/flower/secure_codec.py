@@ -19,8 +19,9 @@ from typing import cast
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from fedrl.compression.ring_codes import pack_ring, unpack_ring
+from fedrl.compression.ring_codes import pack_ring, ring_bytes, unpack_ring
 from fedrl.flower.codec import WireError, _int
+from fedrl.flower.safe_arrays import decode_array
 from fedrl.secagg import Keys, Masked
 
 KEYS, MASK, UNMASK = "train.secagg_keys", "train.secagg_mask", "train.secagg_unmask"
@@ -160,9 +161,17 @@ def decode_ciphertexts(rec: RecordDict) -> dict[int, bytes]:
 
 
 def decode_trained(rec: RecordDict) -> tuple[dict[int, bytes], dict[str, float]]:
-    """The reply to a secure plan: ``({peer: ciphertext}, metrics sent in the clear)``."""
-    m = {k[len("metric."):]: float(cast(float, v)) for k, v in _body(rec).items()
-         if k.startswith("metric.") and isinstance(v, float)}
+    """The reply to a secure plan: ``({peer: ciphertext}, metrics sent in the clear)``.
+
+    Raises:
+        WireError: malformed ciphertexts, or a metric that is not a finite float.
+    """
+    m = {}
+    for k, v in _body(rec).items():
+        if k.startswith("metric."):
+            if not isinstance(v, float) or not np.isfinite(v):
+                raise WireError(f"field '{k}' must be a finite float")
+            m[k[len("metric."):]] = v
     return decode_ciphertexts(rec), m
 
 
@@ -174,13 +183,21 @@ def encode_masked(m: Masked, bits: int) -> RecordDict:
 
 
 def decode_masked(rec: RecordDict, bits: int, length: int) -> Masked:
+    """The masked vector of ``length`` ring elements of ``bits`` bits, checked as ``safe_arrays`` does
+    (uint8 ``.npy`` of exactly ``ring_bytes(length, bits)`` bytes) before anything is allocated.
+
+    Raises:
+        WireError: a missing or malformed head or vector (the message says which and the size wanted).
+    """
     node, rnd, session = head(rec)
-    if _Y not in rec.array_records or "y" not in rec.array_records[_Y]:
-        raise WireError("missing the masked vector")
+    if _Y not in rec.array_records or list(rec.array_records[_Y]) != ["y"]:
+        raise WireError("the masked vector must travel as one array named 'y'")
+    need = ring_bytes(length, bits)
     try:
-        y = unpack_ring(rec.array_records[_Y]["y"].numpy(), bits, length)
-    except ValueError as err:
-        raise WireError(str(err)) from err
+        packed = decode_array(rec.array_records[_Y]["y"], np.uint8, (need,))
+    except WireError as err:
+        raise WireError(f"masked vector: {err} ({length} elements of {bits} bits need {need} bytes)") from err
+    y = unpack_ring(packed, bits, length)
     return Masked(node, rnd, session, y, tuple(_ints(_body(rec), "rejected")))
 
 

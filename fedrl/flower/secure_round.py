@@ -60,8 +60,10 @@ def _replies(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
             try:
                 out[node] = decode(r.content)
                 continue
-            except (codec.WireError, ValueError) as err:
+            except codec.WireError as err:
                 why = f"malformed reply: {err}"
+            except Exception as err:  # noqa: BLE001 - one node's bytes must never take the round down
+                why = f"malformed reply: {type(err).__name__}: {err}".rstrip(": ")
         bad[node] = f"{stage}: {why}"
         log.warning("round %d: node %d dropped at secagg stage %s: %s", rnd, node, stage, why)
     clock[stage] = time.perf_counter() - t0

@@ -176,16 +176,27 @@ def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
 
 
 def check_reply(fed: Federation, r: Message | None, node: int, deadline_s: float = 0.0) -> Reply | str:
-    """The decoded reply if it may enter the aggregate, else why not."""
+    """The decoded reply if it may enter the aggregate, else why not (never raises).
+
+    The reply is decoded against the layout of the model ``node`` was sent
+    (``codec.decode_reply``), then checked by ``Federation.validate``.
+    """
     why = failure(r, deadline_s)
     if why is not None or r is None:
         return why or "no reply"
     try:
-        reply = codec.decode_reply(r.content)
-    except (codec.WireError, ValueError) as err:
+        reply = codec.decode_reply(r.content, reply_layout(fed, node))
+        why = fed.validate(reply, node)
+    except codec.WireError as err:
         return f"malformed reply: {err}"
-    why = fed.validate(reply, node)
+    except Exception as err:  # noqa: BLE001 - one node's bytes must never take the round down
+        return f"malformed reply: {type(err).__name__}: {err}".rstrip(": ")
     return reply if why is None else why
+
+
+def reply_layout(fed: Federation, node: int) -> codec.Layout:
+    """What ``node``'s reply must look like: the shapes of the model it trains from, the observation size."""
+    return codec.Layout(tuple(w.shape for w in fed.models[fed.slot(node)]), fed.spec.obs_dim)
 
 
 def failure(r: Message | None, deadline_s: float = 0.0) -> str | None:
