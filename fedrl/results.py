@@ -2,18 +2,27 @@
 
 Layout and keys are a contract (DESIGN.md, "Contracts that outside checks use").
 ``metrics.jsonl`` has one object per completed round; on resume, rows past the checkpointed
-round are dropped first, so every round is recorded exactly once.
+round are dropped first, so every round is recorded exactly once. A torn last line (what a kill
+during an append leaves) is skipped with a warning and dropped by that rewrite; a bad line before
+it is a ``RunFileError`` naming the file and the line. Whole-file writes go through
+``fedrl.atomic`` (never torn, never through a planted symlink).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from fedrl.atomic import PUBLIC, write_text, write_with
+from fedrl.errors import RunFileError
+
+log = logging.getLogger("fedrl")
 
 METRICS, SUMMARY, CONFIG, MODEL = "metrics.jsonl", "summary.json", "config.json", "model.npz"
 
@@ -32,9 +41,34 @@ def _clean(obj: Any) -> Any:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_clean(obj), indent=2) + "\n")
-    os.replace(tmp, path)
+    """``obj`` as indented JSON (NaN/inf as null), written atomically."""
+    write_text(path, json.dumps(_clean(obj), indent=2) + "\n", PUBLIC)
+
+
+def parse_metrics(path: Path, text: str) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` text: JSON objects with an integer ``round``.
+
+    A last line that is not one (torn by a kill mid-append) is skipped with a warning.
+
+    Raises:
+        RunFileError: naming ``path`` and the line, for a bad line before the last.
+    """
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    rows: list[dict[str, Any]] = []
+    for k, (n, line) in enumerate(lines):
+        try:
+            row = json.loads(line)
+            ok = isinstance(row, dict) and type(row.get("round")) is int
+        except ValueError:
+            ok = False
+        if ok:
+            rows.append(row)
+        elif k == len(lines) - 1:
+            log.warning("%s: line %d is torn (a write cut short); skipping it", path, n)
+        else:
+            raise RunFileError(path, f"line {n}", "not a metrics row (a JSON object with an integer round); "
+                                                  "repair or remove that line")
+    return rows
 
 
 class RunFolder:
@@ -49,17 +83,17 @@ class RunFolder:
         f = self.path / METRICS
         if not f.exists():
             return []
-        return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        return parse_metrics(f, f.read_text(errors="replace"))
 
     def truncate_metrics(self, last_round: int) -> None:
-        """Keep rows with round <= last_round (used on resume)."""
+        """Keep rows with round <= last_round (used on resume); the rewrite drops a torn last line."""
         rows = [r for r in self.read_metrics() if r["round"] <= last_round]
-        tmp = self.path / (METRICS + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        os.replace(tmp, self.path / METRICS)
+        write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in rows), PUBLIC)
 
     def append_metrics(self, row: dict[str, Any]) -> None:
-        with open(self.path / METRICS, "a") as fh:
+        """One row, one ``write`` of a whole line, fsync-ed; a symlink at ``metrics.jsonl`` is refused."""
+        fd = os.open(self.path / METRICS, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), PUBLIC)
+        with os.fdopen(fd, "a") as fh:
             fh.write(json.dumps(_clean(row)) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -69,12 +103,8 @@ class RunFolder:
 
     def save_model(self, names: list[str], weights: list[np.ndarray], extra: dict[str, np.ndarray]) -> Path:
         """The final policy as ``.npz`` of named float32 arrays (load with allow_pickle=False)."""
-        path = self.path / MODEL
-        tmp = self.path / (MODEL + ".tmp")
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **{f"policy/{n}": w for n, w in zip(names, weights, strict=True)}, **extra)  # type: ignore[arg-type]
-        os.replace(tmp, path)
-        return path
+        arrays = {f"policy/{n}": w for n, w in zip(names, weights, strict=True)} | extra
+        return write_with(self.path / MODEL, lambda fh: np.savez(fh, **arrays), PUBLIC)  # type: ignore[arg-type]
 
     def plot(self, variant_labels: list[str]) -> list[Path]:
         """PNG learning curves: eval return per variant against round and against env steps."""

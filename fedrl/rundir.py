@@ -37,7 +37,7 @@ def resolve_run_folder(fed: Federation) -> RunFolder:
     if cfg.resume:
         if ck is None:
             raise ConfigError("resume", f"no checkpoint in {path}; nothing to resume")
-        restore(fed, ck)
+        restore(fed, ck, path / checkpoint.FILE)  # checks it fits the config before metrics are touched
         folder = RunFolder(path)
         folder.truncate_metrics(fed.round)
         print(f"fedrl: resuming {path} after round {fed.round}", flush=True)

@@ -13,9 +13,10 @@ import numpy as np
 
 from fedrl.checkpoint import Checkpoint
 from fedrl.config import LOCATION_KEYS, to_flat
-from fedrl.errors import ConfigError
+from fedrl.errors import ConfigError, RunFileError
 from fedrl.federation import Federation
 from fedrl.rl.normalize import Moments
+from fedrl.snapshot_checks import check_fits
 
 
 def snapshot(fed: Federation, started: float) -> Checkpoint:
@@ -44,14 +45,31 @@ def snapshot(fed: Federation, started: float) -> Checkpoint:
         meta["gossip_trained"] = list(fed.gossip.trained)
     return Checkpoint(meta, arrays)
 
-def restore(fed: Federation, ck: Checkpoint) -> None:
-    """Load ``ck`` into a fresh ``fed`` of the same config; a changed experiment is a ConfigError on ``resume``."""
-    now, then = to_flat(fed.cfg), ck.meta["config"]
+
+def restore(fed: Federation, ck: Checkpoint, src: object = "checkpoint") -> None:
+    """Load ``ck`` (read from ``src``, named in errors) into a fresh ``fed`` of the same config.
+
+    Raises:
+        ConfigError: on ``resume`` when the experiment changed.
+        RunFileError: naming ``src`` and the field when the contents do not fit the config
+            (``fedrl.snapshot_checks``, which leaves ``fed`` unchanged when it refuses).
+    """
+    now, then = to_flat(fed.cfg), ck.meta.get("config")
+    if not isinstance(then, dict):
+        raise RunFileError(src, "config", "is missing or not an object (the config the run was made with)")
     # Where the run folder lives and how it is named may change; the experiment may not.
     changed = sorted(k for k in now.keys() | then.keys() if k not in LOCATION_KEYS and now.get(k) != then.get(k))
     if changed:
         raise ConfigError("resume", f"the run folder was made with a different config ({', '.join(changed)}); "
                                     "resume with the same settings")
+    check_fits(fed, ck, src)
+    try:
+        _load(fed, ck)
+    except (LookupError, ValueError, TypeError) as err:  # a component's own state that check_fits does not know
+        raise RunFileError(src, "state", f"does not fit this run ({type(err).__name__}: {err})") from None
+
+
+def _load(fed: Federation, ck: Checkpoint) -> None:
     for s in range(len(fed.models)):
         fed.models[s] = [ck.arrays[f"model{s}/{i}"].astype(np.float32) for i in range(len(fed.names))]
         if fed.moments[s] is not None:
