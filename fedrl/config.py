@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_type_hints
 
 from fedrl import config_checks as ck
+from fedrl.attacks import check_names
 from fedrl.config_checks import Check
 from fedrl.errors import ConfigError
 
@@ -106,6 +107,9 @@ class StrategyConfig:
     concurrency: int = opt("strategy.concurrency", 0,
                            "fedbuff, fedasync: nodes training at once (0: every node; at most one per SuperNode)",
                            ck.non_negative)
+    max_update_norm: float = opt("strategy.max-update-norm", 0.0,
+                                 "leave out a reply whose update's L2 norm exceeds this, with the reason logged "
+                                 "(0: off)", ck.non_negative)
 
 
 @dataclass(frozen=True)
@@ -155,10 +159,13 @@ class RoundConfig:
 
 @dataclass(frozen=True)
 class AttackConfig:
-    name: Literal["none", "sign-flip", "gaussian", "random-action"] = opt(
+    name: str = opt(
         "attack.name", "none",
         "experiments: Byzantine nodes send sign-flip (-scale x their update) or gaussian (N(0, scale^2) noise) "
-        "instead of their update, or random-action (train on rollouts of random actions, as in FedPG-BR)")
+        "instead of their update, or random-action (train on rollouts of random actions, as in FedPG-BR); "
+        "hostile replies: huge-weights, nan-weights, lie-steps, bad-moments, wrong-node, wrong-shape, bad-dtype, "
+        "bad-stype, npy-bomb, topk-overflow (fedrl/attacks.py); a comma-separated list gives the attack.nodes "
+        "their kinds in order", check_names)
     fraction: float = opt("attack.fraction", 0.0, "fraction of nodes that attack (chosen by seed)", ck.unit_closed)
     nodes: str = opt("attack.nodes", "", "explicit attacking nodes, e.g. '0,3' (overrides attack.fraction)")
     scale: float = opt("attack.scale", 1.0, "sign-flip factor, or gaussian std", ck.positive)

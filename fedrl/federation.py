@@ -15,12 +15,15 @@ has one normalization that matches the data it was trained on across all variant
 from __future__ import annotations
 
 import logging
+import math
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from fedrl import guards
 from fedrl.aggregation.asynchronous import ASYNC_RULES, AsyncState, Buffered, async_mix, buffered_mean, staleness_weight
 from fedrl.aggregation.fedavg import apply_delta, delta_of, weighted_mean
 from fedrl.aggregation.robust import ROBUST_RULES, robust_aggregate
@@ -40,7 +43,7 @@ from fedrl.privacy.plan import plan_for
 from fedrl.privacy.server import ServerPrivacy
 from fedrl.privacy.skellam import SkellamLedger
 from fedrl.rl.evaluate import evaluate
-from fedrl.rl.networks import ActorCritic, check_weights, weight_names
+from fedrl.rl.networks import ActorCritic, weight_names
 from fedrl.rl.normalize import Moments
 from fedrl.rl.train import LocalPlan, round_lr, uses_norm
 from fedrl.selection import Selector
@@ -120,6 +123,7 @@ class Federation:
         self.asyn = AsyncState() if s.name in ASYNC_RULES else None
         self.server_opt = ServerOptimizer(ServerOptSettings(opt_name, s.server_lr, s.momentum, s.beta1, s.beta2,
                                                             s.tau), self.n_params)
+        self.failed: str | None = None  # why the last aggregation was undone (take_failure)
 
     @property
     def ledger(self) -> Ledger | SkellamLedger | None:
@@ -189,32 +193,45 @@ class Federation:
 
     # --- aggregation ----------------------------------------------------------------
     def validate(self, reply: Reply, expected_node: int) -> str | None:
-        """Why a reply must be left out of the aggregate, or None if it is usable."""
-        if reply.node != expected_node:
-            return f"answered for node {reply.node}, asked for {expected_node}"
-        if self.up.active:
-            if reply.update is None or reply.update.name != self.up.name:
-                got = "weights" if reply.update is None else reply.update.name
-                return f"sent {got}, expected a {self.up.name} update (compression.up)"
-            try:
-                flatten(self.delta(reply))
-            except ValueError as err:
-                return f"bad {self.up.name} payload: {err}"
-        else:
-            why = check_weights(self.models[self.slot(reply.node)], reply.weights)
-            if why is not None:
-                return why
-        if not (0 < reply.env_steps <= 100 * self.cfg.algo.local_steps):
-            return f"implausible env_steps {reply.env_steps}"
-        m = reply.obs_moments
-        if self.obs_on and (m is None or m.mean.shape != (self.spec.obs_dim,) or not (
-            np.all(np.isfinite(m.mean)) and np.all(np.isfinite(m.m2)) and m.count >= 0
-        )):
-            return "missing or malformed observation statistics"
-        return None
+        """Why a reply must be left out of the aggregate, or None if it is usable (``fedrl.guards``:
+        node id, env steps at most the plan's, payload or float32 weights of the model's shapes, all
+        finite, observation statistics of the steps trained, ``strategy.max-update-norm``)."""
+        return guards.reply_problem(self, reply, expected_node)
+
+    def take_failure(self) -> str | None:
+        """Why an aggregation since the last call was undone (None: none was); resets it."""
+        failed, self.failed = self.failed, None
+        return failed
+
+    def _guarded(self, rule: str, apply: Callable[[], None]) -> None:
+        """Run one aggregation step; if it leaves a model slot or its observation statistics
+        non-finite, give back what was there before (bit for bit) and record why in ``failed``.
+
+        One guard for every rule: whatever overflowed (a finite but huge update, a server
+        optimizer's division, DP noise), the run goes on with the previous model.
+        """
+        saved = guards.Snapshot.of(self)
+        apply()
+        bad = guards.nonfinite_slots(self.models, self.moments)
+        if not bad:
+            return
+        # Per-node models are independent: only the broken ones go back. Otherwise slots share the
+        # server optimizer (and the cloud), so all of it does.
+        saved.restore(self, bad if self.per_node else None)
+        what = "global model" if len(self.models) == 1 else f"model of {'node' if self.per_node else 'edge'}s {bad}"
+        self.failed = f"{rule} gave a non-finite {what} (or observation statistics); kept the previous one"
+        log.warning("round %d: aggregation failed: %s", self.round + 1, self.failed)
 
     def aggregate(self, replies: list[Reply], rnd: int | None = None) -> None:
-        """Apply valid replies (already checked with ``validate``) of round ``rnd`` (default: the next)."""
+        """Apply valid replies (already checked with ``validate``) of round ``rnd`` (default: the next).
+
+        FedAvg weighs each reply by its env steps (``validate`` bounds them by the plan). A result
+        that is not finite is undone (``_guarded``; ``take_failure`` says why)."""
+        rule = "gossip" if self.gossip is not None else ("hierarchical" if self.hier else self.cfg.strategy.name)
+        self._guarded(rule, lambda: self._aggregate(replies, rnd))
+        self.env_steps += sum(r.env_steps for r in replies)
+
+    def _aggregate(self, replies: list[Reply], rnd: int | None) -> None:
         deltas = [self.delta(r) for r in replies]  # before EF21 commits: estimates depend on the held g_i
         if self.ef21 is not None:
             for r, d in zip(replies, deltas, strict=True):
@@ -249,7 +266,6 @@ class Federation:
             if mean is not None:
                 self._server_step(mean)
             self._merge_moments(0, replies)
-        self.env_steps += sum(r.env_steps for r in replies)
 
     def _hierarchical(self, replies: list[Reply], deltas: list[list[np.ndarray]], rnd: int) -> None:
         """HierFAVG: each edge averages its nodes' updates; every ``cloud-every`` rounds the cloud
@@ -316,8 +332,9 @@ class Federation:
 
         ``ratio_sum`` is the securely summed weight in units of ``algo.local-steps``.
         """
-        self._server_step(unflatten(mean, self.models[0]))
-        self.env_steps += round(ratio_sum * self.cfg.algo.local_steps)
+        self._guarded("secure aggregation", lambda: self._server_step(unflatten(mean, self.models[0])))
+        if math.isfinite(ratio_sum):
+            self.env_steps += round(ratio_sum * self.cfg.algo.local_steps)
 
     def _server_step(self, mean: list[np.ndarray]) -> None:
         """Move the global model with the round's mean update (``strategy.name``'s server optimizer)."""
@@ -331,12 +348,17 @@ class Federation:
         s = self.cfg.strategy
         assert self.asyn is not None
         self.env_steps += reply.env_steps
-        self._merge_moments(0, [reply])
         if s.name == "fedasync":
             tau = self.round - version
-            self.models[0] = async_mix(self.models[0], reply.weights,
-                                       s.mixing * staleness_weight(tau, s.staleness_exponent))
+
+            def mix() -> None:
+                self._merge_moments(0, [reply])
+                self.models[0] = async_mix(self.models[0], reply.weights,
+                                           s.mixing * staleness_weight(tau, s.staleness_exponent))
+
+            self._guarded("fedasync", mix)
             return [(reply.node, tau)]
+        self._guarded("fedbuff", lambda: self._merge_moments(0, [reply]))
         self.asyn.buffer.append(Buffered(reply.node, delta_of(reply.weights, base), reply.env_steps, version))
         return self.flush_buffer() if len(self.asyn.buffer) >= s.buffer else []
 
@@ -345,7 +367,8 @@ class Federation:
         assert self.asyn is not None
         entries, self.asyn.buffer = self.asyn.buffer, []
         if entries:
-            self._server_step(buffered_mean(entries, self.round, self.cfg.strategy.staleness_exponent))
+            self._guarded("fedbuff", lambda: self._server_step(
+                buffered_mean(entries, self.round, self.cfg.strategy.staleness_exponent)))
         return [(e.node, self.round - e.version) for e in entries]
 
     def note_delivery(self, rnd: int, good: list[int], bad: list[int]) -> None:
