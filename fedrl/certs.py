@@ -10,31 +10,75 @@ Writes into ``--out``:
   on NIST P-384, in the OpenSSH formats Flower 1.42 reads (``--auth-supernode-private-key`` on the
   SuperNode, ``flwr supernode register <node{i}.pub>`` on the CLI).
 
-Private keys are written with mode 0600. Then it prints the commands that start each process.
+Every file is written atomically through ``fedrl.atomic`` (a random temporary name, never a
+planted symlink); private keys are created with mode 0600, never readable by others even for a
+moment. A folder that already holds files is refused unless ``--force`` (replacing a CA silently
+would lock out every node that trusts the old one). Then it prints the commands that start each
+process. Bad arguments are one line naming the argument, exit status 2.
 This is for development and tests: a production deployment should use its organisation's CA.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import ipaddress
-import os
+import re
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from fedrl.atomic import PRIVATE, PUBLIC, write_bytes
 from fedrl.errors import ConfigError
 
 _CURVE = ec.SECP384R1()
+MAX_NODES = 1000
+_CN_MAX = 64  # x509's upper bound on a common name (RFC 5280); longer DNS names go in the SAN only
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")  # RFC 1123 host name label
+
+
+def check_host(host: str) -> None:
+    """``host`` is an IP address or an ASCII DNS name (RFC 1123), else a ConfigError on ``--host``."""
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    if not host:
+        raise ConfigError("--host", "is empty; an IP address or a DNS name the nodes will dial")
+    if not host.isascii():
+        try:
+            hint = f"pass its IDNA form, --host {host.encode('idna').decode()}"
+        except UnicodeError:
+            hint = "it has no IDNA form either"
+        raise ConfigError("--host", f"{host!r} is not ASCII; {hint}")
+    if len(host) > 253:
+        raise ConfigError("--host", f"is {len(host)} characters; a DNS name has at most 253")
+    for label in host.split("."):
+        if not _LABEL.fullmatch(label):
+            raise ConfigError("--host", f"{host!r} is not an IP address or a DNS name: label {label[:70]!r} must be "
+                                        "1-63 letters, digits or inner hyphens")
+
+
+def check_args(out: Path, host: str, nodes: int, force: bool) -> None:
+    """Refuse bad arguments before anything is generated or written (ConfigError naming the argument)."""
+    check_host(host)
+    if not 0 <= nodes <= MAX_NODES:
+        raise ConfigError("--nodes", f"got {nodes}; a count of SuperNode key pairs in [0, {MAX_NODES}]")
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", f"{out} is a file; a folder for the certificates and keys")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ConfigError("--out", f"{out} is not empty; pick an empty folder, or pass --force to replace "
+                                   "its CA and keys (nodes that trust the old CA will not connect)")
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
-    path.write_bytes(data)
-    if private:
-        os.chmod(path, 0o600)
+    write_bytes(path, data, PRIVATE if private else PUBLIC)  # a key is 0600 from its first byte
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -54,16 +98,21 @@ def _san(host: str) -> list[x509.GeneralName]:
     return names
 
 
-def make(out: Path, host: str, nodes: int, days: int = 365) -> list[Path]:
+def make(out: Path, host: str, nodes: int, days: int = 365, force: bool = False) -> list[Path]:
     """Write the CA, the server certificate and ``nodes`` node key pairs; return the files written.
 
     Raises:
-        ConfigError: naming ``--host`` or ``--nodes`` on a bad value.
+        ConfigError: naming ``--host``, ``--nodes`` or ``--out`` on a bad value, a non-empty
+            ``out`` without ``force``, or a folder that cannot be written.
     """
-    if not host or any(c.isspace() for c in host):
-        raise ConfigError("--host", f"got {host!r}; an IP address or a DNS name the nodes will dial")
-    if nodes < 0:
-        raise ConfigError("--nodes", f"got {nodes}; a count >= 0")
+    check_args(out, host, nodes, force)
+    try:
+        return _make(out, host, nodes, days)
+    except OSError as err:
+        raise ConfigError("--out", f"cannot write to {out}: {err.strerror or err}") from None
+
+
+def _make(out: Path, host: str, nodes: int, days: int) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc)
     ca_key = ec.generate_private_key(_CURVE)
@@ -79,7 +128,8 @@ def make(out: Path, host: str, nodes: int, days: int = 365) -> list[Path]:
           .sign(ca_key, hashes.SHA384()))
     server_key = ec.generate_private_key(_CURVE)
     server = (x509.CertificateBuilder()
-              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME,
+                                                          host if len(host) <= _CN_MAX else "fedrl SuperLink")]))
               .issuer_name(ca_name).public_key(server_key.public_key())
               .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
               .not_valid_after(now + dt.timedelta(days=days))
@@ -126,3 +176,30 @@ def commands(out: Path, host: str, nodes: int, port: int = 9092) -> str:
         "# Then: fedrl run . fedrl",
     ]
     return "\n".join(lines)
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse would print the usage too: one line is enough
+        raise _UsageError(message)
+
+
+def main(argv: list[str]) -> int:
+    """``fedrl certs``: 0 when written, 2 with one line on stderr for a bad argument."""
+    ap = _Parser(prog="fedrl certs")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--host", required=True, help="the address SuperNodes dial (IP or DNS name)")
+    ap.add_argument("--nodes", type=int, default=2, help=f"SuperNode key pairs to create (0..{MAX_NODES})")
+    ap.add_argument("--force", action="store_true", help="replace the certificates and keys in a non-empty --out")
+    try:
+        args = ap.parse_args(argv)
+        files = make(args.out, args.host, args.nodes, force=args.force)
+    except (_UsageError, ConfigError) as err:
+        print(f"fedrl certs: {err}", file=sys.stderr)
+        return 2
+    print(f"fedrl: wrote {len(files)} files to {args.out} (private keys 0600; keep ca.key off the nodes)\n")
+    print(commands(args.out, args.host, args.nodes))
+    return 0

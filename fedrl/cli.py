@@ -6,7 +6,7 @@
     fedrl central [APP] [--run-config ...]   the centralized baseline, no Flower
     fedrl export RUN_DIR [--format torchscript|onnx] [--out DIR]
                                              the run's policy, runnable without fedrl
-    fedrl certs --out DIR --host HOST --nodes N
+    fedrl certs --out DIR --host HOST --nodes N [--force]
                                              development TLS certificates and SuperNode keys
 
 Flower's SuperLink rejects an undeclared run-config key without naming it; fedrl names
@@ -118,23 +118,9 @@ def _export(rest: list[str]) -> int:
 
 
 def _certs(rest: list[str]) -> int:
-    import argparse
+    from fedrl.certs import main as certs_main  # parses and checks its own arguments (one line, exit 2)
 
-    from fedrl.certs import commands, make
-
-    ap = argparse.ArgumentParser(prog="fedrl certs")
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--host", required=True, help="the address SuperNodes dial (IP or DNS name)")
-    ap.add_argument("--nodes", type=int, default=2, help="SuperNode key pairs to create")
-    args = ap.parse_args(rest)
-    try:
-        files = make(args.out, args.host, args.nodes)
-    except ConfigError as err:
-        print(f"fedrl certs: {err}", file=sys.stderr)
-        return 2
-    print(f"fedrl: wrote {len(files)} files to {args.out} (private keys 0600; keep ca.key off the nodes)\n")
-    print(commands(args.out, args.host, args.nodes))
-    return 0
+    return certs_main(rest)
 
 
 def _hand_over(rest: list[str], output_dir: str) -> int:
