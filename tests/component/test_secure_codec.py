@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from fedrl.flower import secure_codec as sc
 from fedrl.flower.codec import WireError
@@ -70,3 +70,35 @@ def test_malformed_stage_messages_are_refused() -> None:
     bad = RecordDict({"secagg": ConfigRecord({"node": 1, "round": 2, "session": "not bytes"})})
     with pytest.raises(WireError, match="session"):
         sc.head(bad)
+
+
+def test_a_hostile_masked_vector_is_refused_before_anything_is_allocated() -> None:
+    y = np.arange(100, dtype=np.uint64)
+    huge = b"{'descr': '|u1', 'fortran_order': False, 'shape': (10000000000,), }"
+    good = sc.encode_masked(Masked(2, 7, SID, y, ()), 10)  # 100 elements of 10 bits: 125 bytes
+    cases = {
+        "stype": Array(dtype="uint8", shape=(125,), stype="raw", data=bytes(125)),
+        "dtype": Array(np.zeros(125, np.float32)),
+        "size": Array(np.zeros(1000, np.uint8)),
+        "huge": Array(dtype="uint8", shape=(10**10,), stype="numpy.ndarray", data=b"\x93NUMPY\x01\x00" + len(
+            huge).to_bytes(2, "little") + huge),
+    }
+    reasons = {"stype": "array stype 'raw' is not allowed", "dtype": "array dtype float32 is not allowed here; expected uint8",
+               "size": r"array has shape \(1000,\), expected \(125,\)",
+               "huge": r"array has shape \(10000000000,\), expected \(125,\)"}
+    for what, arr in cases.items():
+        rec = sc.encode_masked(Masked(2, 7, SID, y, ()), 10)
+        rec.array_records["masked"] = ArrayRecord({"y": arr})
+        with pytest.raises(WireError, match=rf"masked vector: {reasons[what]}.*100 elements of 10 bits need 125 bytes"):
+            sc.decode_masked(rec, 10, 100)
+    np.testing.assert_array_equal(sc.decode_masked(good, 10, 100).y, y)
+    good.array_records["masked"] = ArrayRecord({"y": Array(np.zeros(125, np.uint8)), "z": Array(np.zeros(1, np.uint8))})
+    with pytest.raises(WireError, match="one array named 'y'"):
+        sc.decode_masked(good, 10, 100)
+
+
+def test_clear_metrics_of_a_secure_reply_must_be_finite_floats() -> None:
+    rec = sc.encode_ciphertexts(0, 7, SID, {1: b"x"})
+    rec.config_records["secagg"]["metric.train_return"] = float("inf")
+    with pytest.raises(WireError, match="field 'metric.train_return' must be a finite float"):
+        sc.decode_trained(rec)
