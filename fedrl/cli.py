@@ -15,20 +15,36 @@ it and suggests the nearest known key.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from fedrl.config import DEFAULTS, HELP
 from fedrl.errors import ConfigError
 
 USAGE = __doc__ or ""
+COMMANDS = ("check", "run", "central", "export", "certs")
 
 # Offline-safe settings Flower reads when the local SuperLink starts.
 FLOWER_ENV = {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_DISABLE_UPDATE_CHECK": "1"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument as one ``ConfigError`` line instead of usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        # argparse says "argument --x: why", "the following arguments are required: a, b" or
+        # "unrecognized arguments: --y"; lead with the argument, as every fedrl error leads with its key
+        for pattern, why in ((r"argument (\S+?): (.*)", None), (r"the following arguments are required: (.*)()",
+                             "required"), (r"unrecognized arguments: (.*)()", "not an argument of this command")):
+            if m := re.fullmatch(pattern, message):
+                raise ConfigError(m.group(1), f"{why or m.group(2)} (see {self.prog} --help)")
+        raise ConfigError("arguments", f"{message} (see {self.prog} --help)")
 
 
 def _split(args: list[str]) -> tuple[list[str], list[str]]:
@@ -77,16 +93,18 @@ def main(argv: list[str] | None = None) -> int:
         return _export(rest)
     if cmd == "certs":
         return _certs(rest)
-    if cmd not in ("check", "run", "central"):
-        print(f"fedrl: unknown command '{cmd}'\n{USAGE}", file=sys.stderr)
+    if cmd not in COMMANDS:
+        print(f"fedrl: unknown command {cmd!r}; one of {', '.join(COMMANDS)} (fedrl --help)", file=sys.stderr)
         return 2
-    from fedrl.validate import check
+    from fedrl.validate import check, config_warnings
 
     try:
         cfg = check(resolved_run_config(rest))
     except ConfigError as err:
         print(f"fedrl: invalid run config: {err}", file=sys.stderr)
         return 2
+    for warning in config_warnings(cfg):
+        print(f"fedrl: warning: {warning}", file=sys.stderr)
     if cmd == "check":
         print("fedrl: run config OK")
         return 0
@@ -99,16 +117,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _export(rest: list[str]) -> int:
-    import argparse
-
     from fedrl.export import FORMATS, export
 
-    ap = argparse.ArgumentParser(prog="fedrl export")
+    ap = _Parser(prog="fedrl export")
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--format", default="torchscript", choices=FORMATS)
     ap.add_argument("--out", type=Path, default=None, help="default: RUN_DIR/export")
-    args = ap.parse_args(rest)
     try:
+        args = ap.parse_args(rest)
         out = export(args.run_dir, args.format, args.out)
     except ConfigError as err:
         print(f"fedrl export: {err}", file=sys.stderr)

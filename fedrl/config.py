@@ -266,7 +266,7 @@ class PrivacyConfig:
 
 @dataclass(frozen=True)
 class NodesConfig:
-    count: int = opt("nodes.count", 8, "federation size: one environment variant per node", ck.positive)
+    count: int = opt("nodes.count", 8, "federation size: one environment variant per node", ck.node_count)
     wait_s: float = opt("nodes.wait-s", 120.0, "how long the server waits for nodes to connect", ck.positive)
     dropout_prob: float = opt("nodes.dropout-prob", 0.0,
                               "experiments: probability that a node fails to answer, seeded by (seed, round, node)",
@@ -381,16 +381,18 @@ def from_run_config(run_config: Mapping[str, Any]) -> Config:
     Checks each value on its own here; cross-key and environment checks (env ids, variant
     parameters, impossible combinations) are in ``fedrl.validate.validate``.
     """
-    for key in run_config:
+    for key, raw in run_config.items():
         if key not in DEFAULTS:
             raise unknown_key_error(key)
+        if (why := ck.travels(raw)) is not None:  # the raw value travels too (Flower's copy of the run config)
+            raise ConfigError(key, f"got {raw!r}; {why}")
     top: dict[str, Any] = {}
     sections: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
     for sec, f, typ in _all_leaves():
         key = f.metadata["key"]
         value = _coerce(key, run_config.get(key, f.default), typ)
         check: Check | None = f.metadata["check"]
-        if check is not None and (why := check(value)) is not None:
+        if (why := ck.travels(value) or (check(value) if check is not None else None)) is not None:
             raise ConfigError(key, f"got {value!r}; {why}")
         (top if sec is None else sections[sec])[f.name] = value
     hints = get_type_hints(Config)

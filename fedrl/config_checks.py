@@ -55,3 +55,26 @@ def ring_bits(v: Any) -> str | None:
 
 def unit_open(v: Any) -> str | None:
     return None if 0 < v < 1 else "must be in (0, 1)"
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # Flower carries run-config ints and record ints as sint64
+MAX_NODES = 10_000
+
+
+def travels(v: Any) -> str | None:
+    """Whether a run-config value can travel in a Flower record (the run's config and fedrl's plans):
+    ints must fit a signed 64-bit int, strings must be UTF-8 (protobuf strings are)."""
+    if isinstance(v, int) and not isinstance(v, bool) and not INT64_MIN <= v <= INT64_MAX:
+        return "must fit a signed 64-bit int (Flower records carry nothing larger)"
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return "must be valid UTF-8 text (Flower records carry strings as UTF-8)"
+    return None
+
+
+def node_count(v: Any) -> str | None:
+    # fedrl check builds every node's environment, and the server keeps a variant, a selection
+    # history and (local, gossip) a model per node: a larger federation is untested.
+    return None if 1 <= v <= MAX_NODES else f"must be in [1, {MAX_NODES}]"

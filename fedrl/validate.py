@@ -17,6 +17,7 @@ from fedrl.attacks import attackers
 from fedrl.compression.ring_codes import required_ring_bits
 from fedrl.config import Config, from_run_config, norm_on
 from fedrl.dropout import SECAGG_STAGES
+from fedrl.env_checks import check_environments
 from fedrl.envs.families import check_env_id, check_params, check_values
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
@@ -46,17 +47,19 @@ def validate(cfg: Config) -> None:
     variants = [sample_variant(specs, i, cfg.nodes.count, cfg.seed) for i in range(cfg.nodes.count)]
     for v in variants:
         check_values(cfg.env.id, v)
-    # Build every variant once: catches bad kwargs and values the environment refuses.
-    # Spaces may differ in bounds across nodes (Pendulum's max_torque) but not in shape:
-    # one policy network serves every variant.
-    shapes = set()
-    for v in variants:
-        env = make_env(cfg.env.id, v, dict(kwargs))
-        shapes.add((env.observation_space.shape, type(env.action_space).__name__, env.action_space.shape))
-        env.close()
-    if len(shapes) > 1:
-        raise ConfigError("env.vary", f"variants of {cfg.env.id} differ in space shapes {sorted(map(str, shapes))}; "
-                                      "one policy cannot serve them")
+    check_environments(cfg, variants, kwargs)
+
+
+def config_warnings(cfg: Config) -> list[str]:
+    """Settings that work but weaken a guarantee, each one line naming the key and the risk."""
+    out = []
+    t = cfg.secagg.threshold
+    if cfg.secagg.enabled and t <= 0.5:
+        out.append(f"secagg.threshold = {t:g} <= 0.5: a server that sends different survivor lists to different "
+                   "nodes can collect one node's mask-key shares from some holders and its self-mask shares from "
+                   "others, and so recover that node's input; use a threshold above 0.5 unless the server is "
+                   "trusted to follow the protocol")
+    return out
 
 
 # Why each uplink compressor cannot feed secure aggregation (the server only sees sums).

@@ -9,18 +9,31 @@ import tomllib
 from flwr.common.config import flatten_dict, parse_config_args
 
 from fedrl.errors import ConfigError
+from fedrl.overrides import check_override, is_toml_file
 
 
 def merged_run_config(app: Path, overrides: list[str]) -> dict[str, Any]:
     """Flatten ``[tool.flwr.app.config]`` of ``app/pyproject.toml`` and apply overrides
-    parsed exactly as ``flwr run --run-config`` parses them."""
+    parsed exactly as ``flwr run --run-config`` parses them.
+
+    Raises:
+        ConfigError: ``app`` when its pyproject.toml is missing, unreadable or not TOML;
+            ``--run-config`` for text Flower's parser would drop (``fedrl.overrides``) or refuses.
+    """
     pyproject = app / "pyproject.toml"
-    if not pyproject.exists():
+    if not pyproject.is_file():
         raise ConfigError("app", f"no pyproject.toml in {app.resolve()}")
-    data = tomllib.loads(pyproject.read_text())
-    defaults = flatten_dict(data.get("tool", {}).get("flwr", {}).get("app", {}).get("config", {}))
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        defaults = flatten_dict(data.get("tool", {}).get("flwr", {}).get("app", {}).get("config", {}))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError, AttributeError) as err:
+        raise ConfigError("app", f"cannot read {pyproject}: {err}") from None
+    if not is_toml_file(overrides):
+        for text in overrides:
+            check_override(text)
     try:
         parsed = parse_config_args(overrides or None)
-    except Exception as err:  # Flower raises bare exceptions for malformed overrides
-        raise ConfigError("--run-config", f"cannot parse {overrides}: {err}") from err
+    except Exception as err:  # noqa: BLE001 - Flower raises bare exceptions for malformed overrides
+        why = " ".join(str(err).split()) or type(err).__name__  # one line
+        raise ConfigError("--run-config", f"cannot parse {overrides}: {why}") from None
     return {**defaults, **flatten_dict(parsed)}
