@@ -60,7 +60,7 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
     def step(applied: list[tuple[int, int]]) -> bool:
         nonlocal cur
         fed.round += 1
-        stop = end_round(fed, folder, started, cur.started, cur.fields(applied))
+        stop = end_round(fed, folder, started, cur.started, cur.fields(applied) | {"aggregation_failed": fed.take_failure()})
         cur = _Round()
         if fed.round < total:
             fed.begin_round(fed.round + 1)

@@ -21,7 +21,7 @@ import torch
 from flwr.app import Context, Message
 
 from fedrl import durable, speed
-from fedrl.attacks import attack_update, attackers
+from fedrl.attacks import HOSTILE, attack_plan, attack_update
 from fedrl.compression import ef21
 from fedrl.compression.downlink import receive
 from fedrl.compression.pipeline import (
@@ -40,7 +40,7 @@ from fedrl.envs.make import make_vector_env
 from fedrl.envs.spec import parse_kwargs
 from fedrl.experiment import policy_spec, variants_of
 from fedrl.federation import Reply, uplink_scale
-from fedrl.flower import codec, secure_client, secure_codec
+from fedrl.flower import codec, hostile, secure_client, secure_codec
 from fedrl.privacy.node import PRIVATE_METRICS, privatize
 from fedrl.privacy.plan import PrivacyPlan, plan_for, sample_plan
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights
@@ -66,7 +66,7 @@ class Setup:
     env_kwargs: dict[str, object]
     privacy: PrivacyPlan | None
     sample_dp: SampleDP | None  # DP-SGD in local training
-    attackers: frozenset[int]  # Byzantine nodes (attack.*)
+    attacks: dict[int, str]  # hostile node -> its kind (attack.*)
 
 
 @functools.lru_cache(maxsize=4)
@@ -79,7 +79,7 @@ def _setup(run_config_json: str) -> Setup:
     return Setup(cfg, variants, spec, template,
                  stage(cfg.compression, "up"), stage(cfg.compression, "down"), dict(parse_kwargs(cfg.env.kwargs)),
                  plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in template)),
-                 sample_plan(cfg, model), attackers(cfg))
+                 sample_plan(cfg, model), attack_plan(cfg))
 
 
 def setup(context: Context) -> Setup:
@@ -109,8 +109,9 @@ def handle_train(msg: Message, context: Context) -> Message:
     if su.up.error_feedback and setup_sa is None:
         weights = training_start(weights, state.arrays.get(RESIDUAL_KEY), uplink_scale(cfg, su.up, plan.round))
     envs = make_vector_env(cfg.env.id, [su.variants[plan.node]] * cfg.algo.num_envs, dict(su.env_kwargs))
+    attack = su.attacks.get(plan.node)  # None: an honest node
     try:
-        random_actions = plan.node in su.attackers and cfg.attack.name == "random-action"
+        random_actions = attack == "random-action"
         res = train_locally(su.spec, weights, envs, cfg.algo, plan, state, su.sample_dp, random_actions)
     finally:
         envs.close()
@@ -120,9 +121,8 @@ def handle_train(msg: Message, context: Context) -> Message:
         time.sleep((slow - 1) * res.metrics.get("train_seconds", 0.0))
     delta = flatten(res.weights) - flatten(weights)
     trained, metrics = res.weights, res.metrics
-    if plan.node in su.attackers and cfg.attack.name != "random-action":  # experiments: a Byzantine update
-        delta = attack_update(cfg.attack.name, delta, cfg.attack.scale, numpy_rng(plan.seed, ATTACK, plan.node,
-                                                                                   plan.round))
+    if attack in ("sign-flip", "gaussian"):  # experiments: a Byzantine update
+        delta = attack_update(attack, delta, cfg.attack.scale, numpy_rng(plan.seed, ATTACK, plan.node, plan.round))
         trained = unflatten(flatten(weights) + delta, weights)
     if su.privacy is not None or su.sample_dp is not None:  # data-dependent metrics are not noised: keep them
         metrics = {k: v for k, v in metrics.items() if k not in PRIVATE_METRICS}
@@ -153,6 +153,8 @@ def handle_train(msg: Message, context: Context) -> Message:
     _store(context, plan, NodeState(kept))
     reply = Reply(plan.node, [] if update is not None else trained, res.env_steps, res.obs_moments,
                   metrics, update, ef_base)
+    if attack in HOSTILE:  # experiments: a poisoned or malformed reply (fedrl.attacks)
+        return Message(hostile.hostile_content(attack, reply, cfg, plan.round, su.spec.obs_dim), reply_to=msg)
     return Message(codec.encode_reply(reply), reply_to=msg)
 
 

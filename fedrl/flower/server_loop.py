@@ -2,10 +2,10 @@
 
 Per round: select logical nodes, send each its plan (``transport.exchange``: in waves, so a
 SuperNode that serves several logical nodes never gets two at once), check every reply (errors,
-node id, shapes or payload, finite values) and leave out bad ones with a log line, aggregate,
-evaluate, log one progress line, append to metrics.jsonl and checkpoint atomically. With
-``secagg.enabled`` a round is ``secure_round`` instead (three exchanges, keys sent ahead; the server
-sees only sums).
+node id, shapes or payload, finite values, ``fedrl.guards``) and leave out bad ones with a log line,
+aggregate (a non-finite result is undone and recorded as ``aggregation_failed``), evaluate, log one
+progress line, append to metrics.jsonl and checkpoint atomically. With ``secagg.enabled`` a round
+is ``secure_round`` instead (three exchanges, keys sent ahead; the server sees only sums).
 """
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ def _run_rounds(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, sta
         t0 = time.time()
         clip = fed.clip  # this round's; adaptive clipping moves it during aggregation
         fields = secure_round(grid, fed, nm, rnd, ahead) if cfg.secagg.enabled else plain_round(grid, fed, nm, rnd)
+        fields["aggregation_failed"] = fed.take_failure()  # why this round's aggregate was undone (None: it was not)
         if fed.privacy is not None:
             fields |= {"epsilon": fed.epsilon(), "delta": fed.privacy.delta, "clip_norm": clip}
         fed.round = rnd

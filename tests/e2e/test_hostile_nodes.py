@@ -1,0 +1,49 @@
+"""One hostile node per attack kind, end to end through Flower's Simulation Engine: every round
+completes, every hostile reply is left out with its reason, the model stays finite, and the
+honest nodes still solve heterogeneous CartPole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedrl.attacks import RECORD_ATTACKS, REPLY_ATTACKS
+from tests.e2e.harness import REPO, LocalFlower
+
+pytestmark = pytest.mark.slow
+
+KINDS = REPLY_ATTACKS + RECORD_ATTACKS
+HOSTILE_NODES = [1, 2, 4, 5, 7, 8, 10, 11, 13, 14]  # interleaved: the 6 honest nodes span every pole length
+# What stops each kind: the decoder (fedrl.flower.codec) or a server check (fedrl.guards).
+REASON = {
+    "huge-weights": "strategy.max-update-norm", "nan-weights": "non-finite", "lie-steps": "the plan asked for",
+    "bad-moments": "observation", "wrong-node": "asked for", "wrong-shape": "malformed reply",
+    "bad-dtype": "malformed reply", "bad-stype": "malformed reply", "npy-bomb": "malformed reply",
+    "topk-overflow": "topk payload",
+}
+RUN = ("nodes.count=16 algo.norm-obs='on' compression.up='topk' compression.fraction=0.3 "
+       "strategy.max-update-norm=1000.0 num-server-rounds=30 eval.every=2 eval.episodes=2 eval.stop-at-target=true "
+       f"attack.nodes='{','.join(map(str, HOSTILE_NODES))}' attack.name='{','.join(KINDS)}'")
+
+
+def test_one_hostile_node_per_kind_is_left_out_and_the_honest_nodes_solve(flower: LocalFlower, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    res = flower.run(REPO, f"{RUN} output-dir='{out}' run-name='h'", timeout=600)
+    folder = out / "h"
+    assert (folder / "summary.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads((folder / "summary.json").read_text())
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == list(range(1, len(rows) + 1)) == list(range(1, summary["rounds_completed"] + 1))
+    honest = [n for n in range(16) if n not in HOSTILE_NODES]
+    for r in rows:
+        assert r["aggregation_failed"] is None, r
+        assert r["nodes_trained"] == honest, r  # every node is selected every round (fraction-train = 1)
+        assert sorted(map(int, r["nodes_failed"])) == HOSTILE_NODES, r
+        for node, kind in zip(HOSTILE_NODES, KINDS, strict=True):
+            assert REASON[kind] in r["nodes_failed"][str(node)], (kind, r["nodes_failed"][str(node)])
+    with np.load(folder / "model.npz", allow_pickle=False) as z:
+        assert all(np.all(np.isfinite(z[k])) for k in z.files)
+    assert summary["solved"] and min(summary["eval"][n]["mean_return"] for n in honest) >= 475, summary["eval"]
