@@ -111,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "central":
         from fedrl.centralized import run_centralized
 
-        run_centralized(cfg)
+        try:
+            run_centralized(cfg)
+        except ConfigError as err:  # e.g. resume from a checkpoint that does not fit (RunFileError)
+            print(f"fedrl central: {err}", file=sys.stderr)
+            return 2
         return 0
     return _hand_over(rest, cfg.output_dir)
 

@@ -200,3 +200,19 @@ def test_meta_that_is_not_a_json_object_is_refused_naming_meta(tmp_path: Path) -
     with pytest.raises(RunFileError) as err:
         checkpoint.load(tmp_path)
     assert str(err.value) == f"{tmp_path / checkpoint.FILE}: meta: not one JSON object (the checkpoint's metadata)"
+
+
+def test_fedrl_central_reports_a_checkpoint_that_does_not_fit_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fedrl.cli import main
+
+    path = _killed_run(tmp_path)
+    ck = checkpoint.load(path)
+    assert ck is not None
+    checkpoint.save(path, _tamper_meta("round", -5)(ck))
+    overrides = " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in SMALL.items())
+    app = str(Path(__file__).resolve().parents[2])
+    rc = main(["central", app, "--run-config", f"{overrides} output-dir='{tmp_path}' resume='true'"])
+    out, err = capsys.readouterr()
+    assert (rc, err) == (2, f"fedrl central: {path / checkpoint.FILE}: round: is -5; an integer [0, 5]\n")
+    assert "Traceback" not in out
