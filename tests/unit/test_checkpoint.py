@@ -93,7 +93,7 @@ def test_file_is_a_plain_npz_with_json_meta(tmp_path: Path) -> None:
 def test_load_refuses_pickled_object_arrays(tmp_path: Path) -> None:
     # A checkpoint file holding an object array (which needs pickle) must not be unpickled.
     with open(tmp_path / FILE, "wb") as fh:
-        np.savez(fh, meta=np.array(json.dumps({"round": 1})), **{"a/x": np.array([{"evil": 1}], dtype=object)})
+        np.savez(fh, meta=np.array(json.dumps({"round": 1})), **{"a/x": np.array([{"evil": 1}], dtype=object)})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="allow_pickle"):
         load(tmp_path)
 
