@@ -16,7 +16,9 @@ episodes in the Gymnasium env with only torch (or onnxruntime) and gymnasium ins
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -24,8 +26,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedrl.atomic import PUBLIC, write_bytes, write_text
 from fedrl.errors import ConfigError
-from fedrl.rl.networks import ActorCritic, PolicySpec, set_weights
+from fedrl.final_model import read_final_model
+from fedrl.rl.networks import ActorCritic, set_weights
 from fedrl.rl.normalize import Moments
 
 FORMATS = ("torchscript", "onnx")
@@ -60,29 +64,29 @@ def load_policy(run_dir: Path) -> tuple[GreedyPolicy, dict[str, object]]:
     """The run's final policy and its description (from config.json and model.npz).
 
     Raises:
-        ConfigError: naming ``RUN_DIR`` when the folder is not a finished fedrl run.
+        ConfigError: ``RUN_DIR`` when the folder is not a folder; ``RunFileError`` (a
+            ``ConfigError``) naming the file and field when a file is missing or does not fit
+            (``fedrl.final_model``). A policy with non-finite weights is refused, never exported.
     """
-    cfg_file, model_file = run_dir / "config.json", run_dir / "model.npz"
-    if not cfg_file.exists() or not model_file.exists():
-        raise ConfigError("RUN_DIR", f"{run_dir} has no config.json and model.npz: not a finished fedrl run")
-    resolved = json.loads(cfg_file.read_text())
-    p = resolved["policy"]
-    spec = PolicySpec(int(p["obs_dim"]), str(p["action_kind"]), int(p["action_dim"]),  # type: ignore[arg-type]
-                      tuple(int(h) for h in p["hidden"]))
-    with np.load(model_file, allow_pickle=False) as z:
-        weights = [z[f"policy/{name}"] for name in p["weight_names"]]
-        moments = Moments.from_array(z["obs_moments"]) if "obs_moments" in z.files else None
-    model = ActorCritic(spec)
-    set_weights(model, weights)
-    rc = resolved["run_config"]
-    info: dict[str, object] = {"env_id": rc["env.id"], "env_kwargs": rc["env.kwargs"], "obs_dim": spec.obs_dim,
+    final = read_final_model(run_dir)
+    model = ActorCritic(final.spec)
+    set_weights(model, final.weights)
+    spec = final.spec
+    info: dict[str, object] = {"env_id": final.env_id, "env_kwargs": final.env_kwargs, "obs_dim": spec.obs_dim,
                                "action_kind": spec.action_kind, "action_dim": spec.action_dim,
-                               "normalized_observations": moments is not None and moments.count > 0}
-    return GreedyPolicy(model, moments).eval(), info
+                               "normalized_observations": final.moments is not None}
+    return GreedyPolicy(model, final.moments).eval(), info
 
 
 def export(run_dir: Path, fmt: str = "torchscript", out: Path | None = None) -> Path:
-    """Write the policy, ``policy.json`` and ``run_policy.py`` into ``out`` (default RUN_DIR/export)."""
+    """Write the policy, ``policy.json`` and ``run_policy.py`` into ``out`` (default RUN_DIR/export).
+
+    Each file is written atomically (``fedrl.atomic``): a reader sees the old file or the new one.
+
+    Raises:
+        ConfigError: ``--format`` for an unknown or unavailable format, ``--out`` when the folder
+            cannot be created or written, and whatever ``load_policy`` raises; nothing is written then.
+    """
     if fmt not in FORMATS:
         raise ConfigError("--format", f"got {fmt!r}; one of {', '.join(FORMATS)}")
     if fmt == "onnx" and importlib.util.find_spec("onnx") is None:
@@ -90,21 +94,34 @@ def export(run_dir: Path, fmt: str = "torchscript", out: Path | None = None) -> 
                                       "installed here. --format torchscript needs nothing more than torch")
     policy, info = load_policy(run_dir)
     out = out or run_dir / "export"
-    out.mkdir(parents=True, exist_ok=True)
-    example = torch.zeros(1, int(info["obs_dim"]))  # type: ignore[call-overload]
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", f"{out} exists and is not a folder; give a folder (it is created if missing)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        example = torch.zeros(1, int(info["obs_dim"]))  # type: ignore[call-overload]
+        info["file"], data = _serialize(policy, example, fmt)
+        info["format"] = fmt
+        write_bytes(out / str(info["file"]), data, PUBLIC)
+        write_text(out / "policy.json", json.dumps(info, indent=1))
+        write_text(out / "run_policy.py", _EXAMPLE)
+    except OSError as err:
+        raise ConfigError("--out", f"cannot write to {out}: {err.strerror or err}") from None
+    return out
+
+
+def _serialize(policy: GreedyPolicy, example: torch.Tensor, fmt: str) -> tuple[str, bytes]:
+    """(file name, bytes) of the exported policy."""
     if fmt == "torchscript":
+        buf = io.BytesIO()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript; it still works
-            torch.jit.save(torch.jit.trace(policy, example), str(out / "policy.pt"))
-        info["file"] = "policy.pt"
-    else:
-        torch.onnx.export(policy, (example,), str(out / "policy.onnx"), input_names=["obs"], output_names=["action"],
+            torch.jit.save(torch.jit.trace(policy, example), buf)
+        return "policy.pt", buf.getvalue()
+    with tempfile.TemporaryDirectory() as tmp:  # the ONNX exporter wants a path; the output is written atomically
+        path = Path(tmp) / "policy.onnx"
+        torch.onnx.export(policy, (example,), str(path), input_names=["obs"], output_names=["action"],
                           dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}})
-        info["file"] = "policy.onnx"
-    info["format"] = fmt
-    (out / "policy.json").write_text(json.dumps(info, indent=1))
-    (out / "run_policy.py").write_text(_EXAMPLE)
-    return out
+        return "policy.onnx", path.read_bytes()
 
 
 _EXAMPLE = '''"""Play the exported fedrl policy in its Gymnasium env; needs torch (or onnxruntime) and gymnasium only.

@@ -1,0 +1,153 @@
+"""A run folder's final policy read back and checked: ``config.json``'s description, ``model.npz``'s arrays.
+
+A run folder is a file a user may have copied, truncated or edited. Nothing in it is trusted:
+``config.json`` must describe a policy fedrl can build (kinds, positive sizes, the weight names
+that network has), ``model.npz`` must be a pickle-free ``.npz`` whose ``.npy`` headers are checked
+before numpy allocates (``fedrl.checkpoint.read_npz``), holding every named array in float32 with
+the network's shape and only finite values, and, when observation normalization was on, the
+run's statistics (float64 ``[count, mean..., m2...]`` with ``count > 0`` and ``m2 >= 0``).
+Anything else is one ``RunFileError`` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedrl.checkpoint import UNREADABLE, read_npz
+from fedrl.config import norm_on
+from fedrl.env_checks import MAX_POLICY_PARAMS, check_policy_size
+from fedrl.errors import ConfigError, RunFileError
+from fedrl.results import CONFIG, MODEL
+from fedrl.rl.networks import ActorCritic, PolicySpec
+from fedrl.rl.normalize import Moments
+
+MOMENTS = "obs_moments"
+
+
+@dataclass(frozen=True)
+class FinalModel:
+    """What ``fedrl export`` needs from a finished run: the network, its weights in ``state_dict``
+    order, the run's observation statistics (None when normalization was off) and the env."""
+
+    spec: PolicySpec
+    weights: list[np.ndarray]
+    moments: Moments | None
+    env_id: str
+    env_kwargs: str
+
+
+def read_final_model(run_dir: Path) -> FinalModel:
+    """The final policy of the run in ``run_dir``, every field checked.
+
+    Raises:
+        ConfigError: ``RUN_DIR`` when ``run_dir`` is not a folder.
+        RunFileError: naming ``config.json`` or ``model.npz`` and the field that is missing,
+            unreadable or does not fit (see the module docstring).
+    """
+    if not run_dir.is_dir():
+        raise ConfigError("RUN_DIR", f"{run_dir} is not a folder (give a run folder, e.g. runs/<run-name>)")
+    cfg_file, model_file = run_dir / CONFIG, run_dir / MODEL
+    for f in (cfg_file, model_file):
+        if not f.is_file():
+            raise RunFileError(f, "file", "missing: not a finished fedrl run (the run writes it when it ends)")
+    resolved = _read_json(cfg_file)
+    policy, rc = _section(cfg_file, resolved, "policy"), _section(cfg_file, resolved, "run_config")
+    spec = _spec(cfg_file, policy)
+    expected = _shapes(cfg_file, spec)
+    names = policy.get("weight_names")
+    if names != list(expected):
+        raise RunFileError(cfg_file, "policy.weight_names", f"must be {list(expected)} for the network the policy "
+                                                            f"fields describe, got {_short(names)}")
+    env_id, env_kwargs, norm = (_field(cfg_file, rc, k, str, "run_config.") for k in
+                                ("env.id", "env.kwargs", "algo.norm-obs"))
+    if norm not in ("auto", "on", "off"):
+        raise RunFileError(cfg_file, "run_config.algo.norm-obs", f"must be auto, on or off, got {norm!r}")
+    try:
+        arrays = read_npz(model_file)
+    except UNREADABLE as err:
+        raise RunFileError(model_file, "file", f"not a readable .npz ({type(err).__name__}: "
+                                               f"{' '.join(str(err).split())})") from None
+    weights = [_array(model_file, arrays, f"policy/{n}", shape, np.float32) for n, shape in expected.items()]
+    moments = None
+    if norm_on(norm, spec.action_kind == "continuous"):
+        m = _array(model_file, arrays, MOMENTS, (2 * spec.obs_dim + 1,), np.float64)
+        moments = Moments.from_array(m)
+        if not moments.count > 0:
+            raise RunFileError(model_file, MOMENTS, f"count must be > 0 (algo.norm-obs = {norm}), got {moments.count}")
+        if np.any(moments.m2 < 0):
+            raise RunFileError(model_file, MOMENTS, "second moments must be >= 0")
+    return FinalModel(spec, weights, moments, env_id, env_kwargs)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_bytes())
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise RunFileError(path, "file", f"not readable JSON ({type(err).__name__}: {err})") from None
+    if not isinstance(obj, dict):
+        raise RunFileError(path, "file", f"must be a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _section(path: Path, obj: dict[str, Any], key: str) -> dict[str, Any]:
+    value = obj.get(key)
+    if not isinstance(value, dict):
+        raise RunFileError(path, key, "missing" if value is None else f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _field(path: Path, obj: dict[str, Any], key: str, typ: type, prefix: str) -> Any:
+    value = obj.get(key)
+    if type(value) is not typ:  # not isinstance: a bool is no int here
+        raise RunFileError(path, prefix + key, "missing" if value is None else
+                           f"must be {typ.__name__}, got {_short(value)}")
+    return value
+
+
+def _spec(path: Path, p: dict[str, Any]) -> PolicySpec:
+    obs_dim, action_dim = (_field(path, p, k, int, "policy.") for k in ("obs_dim", "action_dim"))
+    kind = _field(path, p, "action_kind", str, "policy.")
+    hidden = _field(path, p, "hidden", list, "policy.")
+    for key, value in (("obs_dim", obs_dim), ("action_dim", action_dim)):
+        if not 1 <= value <= MAX_POLICY_PARAMS:
+            raise RunFileError(path, f"policy.{key}", f"must be in [1, {MAX_POLICY_PARAMS}], got {value}")
+    if kind not in ("discrete", "continuous"):
+        raise RunFileError(path, "policy.action_kind", f"must be discrete or continuous, got {kind!r}")
+    if not hidden or not all(type(h) is int and h >= 1 for h in hidden):
+        raise RunFileError(path, "policy.hidden", f"must be a non-empty list of ints >= 1, got {_short(hidden)}")
+    return PolicySpec(obs_dim, kind, action_dim, tuple(hidden))  # type: ignore[arg-type]  # kind checked above
+
+
+def _shapes(path: Path, spec: PolicySpec) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of the network ``spec`` describes, without allocating it (torch's meta device)."""
+    try:
+        check_policy_size(spec)
+    except ConfigError as err:
+        raise RunFileError(path, "policy", err.reason) from None
+    with torch.device("meta"):
+        return {k: tuple(v.shape) for k, v in ActorCritic(spec).state_dict().items()}
+
+
+def _array(path: Path, arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    if key not in arrays:
+        raise RunFileError(path, key, "missing")
+    a = arrays[key]
+    if a.dtype != np.dtype(dtype):
+        raise RunFileError(path, key, f"dtype {a.dtype}; fedrl writes {np.dtype(dtype)}")
+    if a.shape != shape:
+        raise RunFileError(path, key, f"shape {a.shape}; the policy in config.json needs {shape}")
+    if not np.all(np.isfinite(a)):
+        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+        raise RunFileError(path, key, f"{bad} non-finite values (NaN or inf); such a policy is not exported")
+    return a
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
