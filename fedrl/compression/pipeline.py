@@ -134,7 +134,8 @@ def decompress(c: Compressed, st: Stage, n: int) -> np.ndarray:
     """
     if c.n != n:
         raise ValueError(f"payload decodes to {c.n} values, the model has {n}")
-    out = st.compressor.decode(c)
+    with np.errstate(all="ignore"):  # a hostile payload may overflow; the check below refuses the result
+        out = st.compressor.decode(c)
     if out.shape != (n,) or not bool(np.all(np.isfinite(out))):
         raise ValueError("payload decodes to the wrong shape or to non-finite values")
     return out
