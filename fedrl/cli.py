@@ -154,7 +154,12 @@ def _hand_over(rest: list[str], output_dir: str) -> int:
     args = ["flwr", "run", *rest, "--run-config", f"output-dir='{Path(output_dir).expanduser().resolve()}'"]
     if "--stream" not in rest:
         args.append("--stream")
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except OSError as err:  # flwr not on PATH, not executable
+        print(f"fedrl run: cannot start flwr ({err.strerror or err}); is Flower installed in this environment?",
+              file=sys.stderr)
+        return 1
     run_id = None
     assert proc.stdout is not None
     for line in proc.stdout:
