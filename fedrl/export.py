@@ -64,7 +64,7 @@ def load_policy(run_dir: Path) -> tuple[GreedyPolicy, dict[str, object]]:
     """The run's final policy and its description (from config.json and model.npz).
 
     Raises:
-        ConfigError: ``RUN_DIR`` when the folder is not a folder; ``RunFileError`` (a
+        ConfigError: ``RUN_DIR`` when ``run_dir`` is not a folder; ``RunFileError`` (a
             ``ConfigError``) naming the file and field when a file is missing or does not fit
             (``fedrl.final_model``). A policy with non-finite weights is refused, never exported.
     """

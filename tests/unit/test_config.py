@@ -245,3 +245,25 @@ def test_check_parse_errors_come_first() -> None:
 def test_a_renamed_key_names_its_new_name() -> None:
     with pytest.raises(ConfigError, match=r"nodes.reply-timeout-s: renamed to 'round.timeout-s'"):
         from_run_config({"nodes.reply-timeout-s": 30.0})
+
+
+INT64 = "must fit a signed 64-bit int (Flower records carry nothing larger)"
+UTF8 = "must be valid UTF-8 text (Flower records carry strings as UTF-8)"
+
+
+@pytest.mark.parametrize(("run_config", "message"), [
+    ({"seed": 2**63}, f"seed: got 9223372036854775808; {INT64}"),
+    ({"num-server-rounds": 1e19}, f"num-server-rounds: got 10000000000000000000; {INT64}"),
+    ({"run-name": -(2**63) - 1}, f"run-name: got -9223372036854775809; {INT64}"),
+    ({"run-name": "a\udcff"}, f"run-name: got 'a\\udcff'; {UTF8}"),
+    ({"nodes.count": 10_001}, "nodes.count: got 10001; must be in [1, 10000]"),
+])
+def test_values_flower_records_cannot_carry_are_refused(run_config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        from_run_config(run_config)
+    assert str(err.value) == message
+
+
+def test_the_largest_values_that_travel_are_accepted() -> None:
+    cfg = from_run_config({"seed": 2**63 - 1, "nodes.count": 10_000, "run-name": "ünïcode"})
+    assert (cfg.seed, cfg.nodes.count, cfg.run_name) == (2**63 - 1, 10_000, "ünïcode")
