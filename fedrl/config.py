@@ -286,7 +286,7 @@ class Config:
     num_server_rounds: int = opt("num-server-rounds", 30, "federated rounds", ck.positive)
     seed: int = opt("seed", 0, "seed of variants, sampling, training and evaluation", ck.non_negative)
     output_dir: str = opt("output-dir", "runs", "where run folders go")
-    run_name: str = opt("run-name", "", "run folder name (empty: generated)")
+    run_name: str = opt("run-name", "", "run folder name (empty: generated)", ck.folder_name)
     resume: str = opt("resume", "", "resume a killed run: 'true' (the run-name folder) or a run folder path")
     fraction_train: float = opt("fraction-train", 1.0, "fraction of nodes trained each round", ck.unit_open_closed)
     min_train_nodes: int = opt("min-train-nodes", 2, "at least this many nodes per round", ck.positive)

@@ -78,3 +78,12 @@ def node_count(v: Any) -> str | None:
     # fedrl check builds every node's environment, and the server keeps a variant, a selection
     # history and (local, gossip) a model per node: a larger federation is untested.
     return None if 1 <= v <= MAX_NODES else f"must be in [1, {MAX_NODES}]"
+
+
+def folder_name(v: Any) -> str | None:
+    """A run folder's name: one path component, so a run never writes outside ``output-dir``."""
+    s = str(v)
+    if s in (".", "..") or "/" in s or "\\" in s or "\0" in s:
+        return "must be a plain folder name (no '/', '\\', '.' or '..'), e.g. 'cartpole-wide'"
+    return None
+

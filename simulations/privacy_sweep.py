@@ -26,9 +26,9 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import io
 import itertools
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -38,6 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark import BIN, REPO, Flower, _join
+
+from fedrl import atomic
 
 REFERENCE_OFF = ("privacy.mode='off' privacy.target-epsilon=0.0 privacy.noise-multiplier=0.0 "
                  "privacy.adaptive-clip=false privacy.audit-canaries=0 privacy.unsafe-no-noise=false")
@@ -118,13 +120,12 @@ def read_csv(path: Path, fields: list[str]) -> dict[str, dict[str, object]]:
 
 
 def write_csv(path: Path, fields: list[str], rows: dict[str, dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        for r in rows.values():
-            w.writerow({k: "" if r.get(k) is None else r.get(k) for k in fields})
-    os.replace(tmp, path)
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    for r in rows.values():
+        w.writerow({k: "" if r.get(k) is None else r.get(k) for k in fields})
+    atomic.write_text(path, buf.getvalue())
 
 
 def execute(flower: Flower, folder: Path, rc: str, supernodes: int) -> float:

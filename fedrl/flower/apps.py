@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from fedrl.errors import ConfigError
 from fedrl.flower.client import handle_query, handle_secure, handle_train
 from fedrl.flower.server_loop import run
 from fedrl.logs import setup_logging
-from fedrl.validate import check
+from fedrl.validate import check, config_warnings
+
+log = logging.getLogger("fedrl")
 
 Handler = Callable[[Message, Context], Message]
 
@@ -23,7 +27,13 @@ def make_server_app() -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         setup_logging()
         cfg = check(context.run_config)  # fails before round 1 on any bad key or value
-        run(grid, cfg)
+        for warning in config_warnings(cfg):
+            log.warning("%s", warning)
+        try:
+            run(grid, cfg)
+        except ConfigError as err:  # e.g. a checkpoint that does not fit (RunFileError): say it in one line
+            log.error("run refused: %s", err)
+            raise
 
     return app
 

@@ -267,3 +267,13 @@ def test_values_flower_records_cannot_carry_are_refused(run_config: dict[str, An
 def test_the_largest_values_that_travel_are_accepted() -> None:
     cfg = from_run_config({"seed": 2**63 - 1, "nodes.count": 10_000, "run-name": "ünïcode"})
     assert (cfg.seed, cfg.nodes.count, cfg.run_name) == (2**63 - 1, 10_000, "ünïcode")
+
+
+@pytest.mark.parametrize("name", ["..", ".", "../elsewhere", "a/b", "a\\b"])
+def test_a_run_name_cannot_leave_the_output_dir(name: str) -> None:
+    assert str(_err({"run-name": name})) == (
+        f"run-name: got {name!r}; must be a plain folder name (no '/', '\\', '.' or '..'), e.g. 'cartpole-wide'")
+
+
+def test_a_plain_run_name_is_kept() -> None:
+    assert from_run_config({"run-name": "cartpole-wide.2"}).run_name == "cartpole-wide.2"
