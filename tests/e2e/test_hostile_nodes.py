@@ -5,6 +5,7 @@ honest nodes still solve heterogeneous CartPole."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,9 @@ import pytest
 
 from fedrl.attacks import RECORD_ATTACKS, REPLY_ATTACKS
 from tests.e2e.harness import REPO, LocalFlower
+
+sys.path.insert(0, str(REPO / "simulations"))
+from privacy_sweep import preset as sweep_preset  # the sweep runner's preset reader
 
 pytestmark = pytest.mark.slow
 
@@ -24,9 +28,13 @@ REASON = {
     "bad-dtype": "malformed reply", "bad-stype": "malformed reply", "npy-bomb": "malformed reply",
     "topk-overflow": "topk payload",
 }
-RUN = ("nodes.count=16 algo.norm-obs='on' compression.up='topk' compression.fraction=0.3 "
-       "strategy.max-update-norm=1000.0 num-server-rounds=30 eval.every=2 eval.episodes=2 eval.stop-at-target=true "
-       f"attack.nodes='{','.join(map(str, HOSTILE_NODES))}' attack.name='{','.join(KINDS)}'")
+PRESET = sweep_preset(str(REPO / "simulations" / "configs" / "cartpole_hostile.toml"))
+RUN = f"{PRESET} eval.episodes=2 eval.stop-at-target=true"
+
+
+def test_the_preset_gives_one_hostile_node_per_kind() -> None:
+    assert f"attack.nodes='{','.join(map(str, HOSTILE_NODES))}'" in PRESET
+    assert f"attack.name='{','.join(KINDS)}'" in PRESET
 
 
 def test_one_hostile_node_per_kind_is_left_out_and_the_honest_nodes_solve(flower: LocalFlower, tmp_path: Path) -> None:
