@@ -134,25 +134,30 @@ def nonfinite_slots(models: list[list[np.ndarray]], moments: list[Moments | None
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What one aggregation may change: the model slots, their statistics, the server optimizer."""
+    """What one aggregation may change: the model slots, their statistics, the server optimizer,
+    and (gossip) the round each node's model is from."""
 
     models: list[list[np.ndarray]]
     moments: list[Moments | None]
     optimizer: dict[str, np.ndarray]
+    trained: list[int] | None  # gossip: Relay.trained (None: no gossip)
 
     @staticmethod
     def of(fed: Federation) -> Snapshot:
         # Copies: the guard must give back the previous model bit for bit whatever a rule does in place.
         return Snapshot([[w.copy() for w in m] for m in fed.models], list(fed.moments),
-                        {k: v.copy() for k, v in fed.server_opt.to_arrays().items()})
+                        {k: v.copy() for k, v in fed.server_opt.to_arrays().items()},
+                        None if fed.gossip is None else list(fed.gossip.trained))
 
     def restore(self, fed: Federation, slots: list[int] | None = None) -> None:
-        """Put ``slots`` (None: all, and the server optimizer) back as they were."""
-        if slots is None:
-            fed.models = [list(m) for m in self.models]
-            fed.moments = list(self.moments)
-            fed.server_opt.load_arrays(self.optimizer)
-            return
-        for s in slots:
+        """Put ``slots`` (None: all, and the server optimizer) back as they were.
+
+        With gossip a restored node's model is again from the round it was before, so the next
+        plan sends it that model instead of letting the node keep the one it trained."""
+        for s in range(len(fed.models)) if slots is None else slots:
             fed.models[s] = list(self.models[s])
             fed.moments[s] = self.moments[s]
+            if fed.gossip is not None and self.trained is not None:
+                fed.gossip.trained[s] = self.trained[s]
+        if slots is None:
+            fed.server_opt.load_arrays(self.optimizer)

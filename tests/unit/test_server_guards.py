@@ -14,6 +14,7 @@ from fedrl.errors import ConfigError
 from fedrl.federation import Federation, Reply
 from fedrl.guards import moments_problem, steps_problem, update_norm
 from fedrl.rl.normalize import Moments
+from fedrl.topology.gossip import Mix
 
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1}
 KEPT = "gave a non-finite {} (or observation statistics); kept the previous one"
@@ -169,6 +170,23 @@ def test_per_node_models_give_back_only_the_broken_one() -> None:
     assert _same([fed.models[0], fed.models[1]], [before[0], before[1]])
     np.testing.assert_allclose(flatten(fed.models[2]) - flatten(g), 1.0, atol=1e-6)  # the honest node's own
     assert fed.take_failure() == "local " + KEPT.format("model of nodes [1]")
+
+
+def test_gossip_sends_a_restored_node_its_previous_model() -> None:
+    """The node's broken model is undone, and so is the round it is from: the next plan carries
+    the server's (previous) model instead of telling the node to keep the one it trained."""
+    fed = _fed(**{"topology.name": "gossip"})
+    before = _copy(fed.models)
+    fed.begin_round(1)
+    fed.aggregate([Reply(1, _nan(before[1]), 256, None, {}), Reply(2, _shifted(before[2], 1.0), 256, None, {})], 1)
+    fed.note_delivery(1, [1, 2], [])
+    fed.round = 1
+    assert fed.gossip is not None and fed.gossip.trained == [0, 0, 1]
+    assert _same([fed.models[1]], [before[1]])
+    mix = fed.plan(1, 2)[1]
+    assert isinstance(mix, Mix) and mix.own is not None and _same([mix.own], [before[1]])
+    assert fed.plan(2, 2)[1].own is None  # type: ignore[union-attr]  # the honest node keeps its own
+    assert fed.take_failure() == "gossip " + KEPT.format("model of nodes [1]")
 
 
 def test_overflowing_observation_statistics_are_undone_with_the_model() -> None:
