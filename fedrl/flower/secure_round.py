@@ -29,23 +29,21 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from flwr.app import Message, RecordDict
+from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
 from fedrl.compression.ring_codes import RingCoding
 from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
-from fedrl.flower.transport import NodeMap, exchange, failure, rejoin
+from fedrl.flower.transport import NodeMap, decode_reply_safely, exchange, rejoin
 from fedrl.privacy.node import dpsgd_field
 from fedrl.secagg import Keys, Masked, SecAggAbort, SecAggServer, make_params
 from fedrl.seeding import SECAGG, derive
 
 log = logging.getLogger("fedrl")
-T = TypeVar("T")
 
 
 def _replies(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, RecordDict], mtype: str, rnd: int,
@@ -57,7 +55,7 @@ def _replies(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
     t0 = time.perf_counter()
     out: dict[int, Any] = {}
     for node, r in exchange(grid, fed, nm, contents, mtype, rnd).items():
-        value, why = stage_reply(r, decode)
+        value, why = decode_reply_safely(r, decode)
         if why is None:
             out[node] = value
             continue
@@ -65,19 +63,6 @@ def _replies(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
         log.warning("round %d: node %d dropped at secagg stage %s: %s", rnd, node, stage, why)
     clock[stage] = time.perf_counter() - t0
     return out
-
-
-def stage_reply(r: Message | None, decode: Callable[[RecordDict], T]) -> tuple[T | None, str | None]:
-    """``(decoded reply, None)``, or ``(None, why the node is dropped)``; never raises."""
-    why = failure(r)
-    if why is not None or r is None:
-        return None, why or "no reply"
-    try:
-        return decode(r.content), None
-    except codec.WireError as err:
-        return None, f"malformed reply: {err}"
-    except Exception as err:  # noqa: BLE001 - one node's bytes must never take the round down
-        return None, f"malformed reply: {type(err).__name__}: {err}".rstrip(": ")
 
 
 class KeysAhead:

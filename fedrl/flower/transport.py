@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
@@ -21,6 +22,7 @@ from fedrl.federation import Federation, Reply
 from fedrl.flower import codec
 
 log = logging.getLogger("fedrl")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -181,17 +183,35 @@ def check_reply(fed: Federation, r: Message | None, node: int, deadline_s: float
     The reply is decoded against the layout of the model ``node`` was sent
     (``codec.decode_reply``), then checked by ``Federation.validate``.
     """
+    layout = reply_layout(fed, node)
+
+    def decode(content: RecordDict) -> tuple[Reply, str | None]:
+        reply = codec.decode_reply(content, layout)
+        return reply, fed.validate(reply, node)
+
+    checked, why = decode_reply_safely(r, decode, deadline_s)
+    if checked is None:
+        return why or "no reply"
+    reply, why = checked
+    return reply if why is None else why
+
+
+def decode_reply_safely(r: Message | None, decode: Callable[[RecordDict], T],
+                        deadline_s: float = 0.0) -> tuple[T | None, str | None]:
+    """``(decode(r.content), None)``, or ``(None, why the node is left out)``; never raises.
+
+    Any exception while decoding one node's bytes (``codec.WireError`` or anything a hostile
+    record makes Flower or numpy raise) is that node's exclusion, never the round's end.
+    """
     why = failure(r, deadline_s)
     if why is not None or r is None:
-        return why or "no reply"
+        return None, why or "no reply"
     try:
-        reply = codec.decode_reply(r.content, reply_layout(fed, node))
-        why = fed.validate(reply, node)
+        return decode(r.content), None
     except codec.WireError as err:
-        return f"malformed reply: {err}"
+        return None, f"malformed reply: {err}"
     except Exception as err:  # noqa: BLE001 - one node's bytes must never take the round down
-        return f"malformed reply: {type(err).__name__}: {err}".rstrip(": ")
-    return reply if why is None else why
+        return None, f"malformed reply: {type(err).__name__}: {err}".rstrip(": ")
 
 
 def reply_layout(fed: Federation, node: int) -> codec.Layout:

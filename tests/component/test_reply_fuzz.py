@@ -6,7 +6,7 @@ swapped stypes and dtypes, lying and huge declared shapes, NaN/inf/3.4e38 values
 counts and names, top-k payloads with too many values and repeated indices, lying frame tables,
 mistyped or missing fields and records, error replies), wraps it in a real Flower ``Message`` and
 hands it to what the ServerApp calls: ``transport.check_reply`` with a real ``Federation``, or
-``secure_round.stage_reply`` with the stage's decoder. Whatever comes in:
+``transport.decode_reply_safely`` with the secure stage's decoder. Whatever comes in:
 
 - no exception escapes;
 - the reply is either accepted, with finite float32 arrays of the model's shapes, or excluded
@@ -36,8 +36,7 @@ from fedrl.config import from_run_config
 from fedrl.federation import Federation, Reply, uplink_scale
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
-from fedrl.flower.secure_round import stage_reply
-from fedrl.flower.transport import check_reply
+from fedrl.flower.transport import check_reply, decode_reply_safely
 from fedrl.secagg import Masked
 
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1}
@@ -400,7 +399,7 @@ def test_no_secure_stage_reply_escapes() -> None:
             _mutate(data, rec)
         msg = _message(Error(code=0, reason="boom") if kind == "error" else rec)
         decode = (lambda rec: sc.decode_masked(rec, bits, length)) if stage == "mask" else sc.decode_trained
-        (value, why), peak = _measure(lambda: stage_reply(msg, decode))
+        (value, why), peak = _measure(lambda: decode_reply_safely(msg, decode))
         assert peak <= 8 * 4 * fed.n_params + ALLOWANCE, peak
         STATS["peak"] = max(STATS["peak"], peak)
         if why is not None:
