@@ -18,11 +18,11 @@ from fedrl.compression.base import Compressed
 from fedrl.config import Config
 from fedrl.federation import Reply
 from fedrl.flower import codec
+from fedrl.flower.safe_arrays import NPY_MAGIC, NPY_STYPE
 from fedrl.rl.normalize import Moments
 
 HUGE = 3.4e38  # finite in float32 (max 3.4028235e38)
 BOMB_SHAPE = (100_000, 100_000)  # 1e10 float32 elements: 40 GB if a decoder allocates before reading
-_NUMPY = Array(np.zeros(1, np.float32)).stype  # Flower's serialization type of an .npy array
 
 
 def hostile_content(kind: str, reply: Reply, cfg: Config, rnd: int, obs_dim: int) -> RecordDict:
@@ -76,12 +76,17 @@ def overflow_topk(n: int) -> Compressed:
     return Compressed("topk", {"values": np.full(k, 0.01, np.float32), "idx_delta": idx}, n)
 
 
+def npy_bytes(header: str, body: bytes = b"") -> bytes:
+    """``.npy`` (format 1.0) bytes with the header text as given (it may be any text) and ``body`` after it."""
+    h = header.encode("latin1")
+    return NPY_MAGIC + len(h).to_bytes(2, "little") + h + body
+
+
 def npy_bomb(dtype: str = "<f4", shape: tuple[int, ...] = BOMB_SHAPE) -> bytes:
     """A complete ``.npy`` header (format 1.0) declaring ``shape`` of ``dtype``, with no data after it."""
-    header = repr({"descr": dtype, "fortran_order": False, "shape": shape}).encode("latin1")
-    pad = 64 - (10 + len(header) + 1) % 64  # numpy aligns the data to 64 bytes
-    header += b" " * pad + b"\n"
-    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+    header = repr({"descr": dtype, "fortran_order": False, "shape": shape})
+    pad = 64 - (len(NPY_MAGIC) + 2 + len(header) + 1) % 64  # numpy aligns the data to 64 bytes
+    return npy_bytes(header + " " * pad + "\n")
 
 
 def malform(kind: str, rec: RecordDict) -> RecordDict:
@@ -91,7 +96,7 @@ def malform(kind: str, rec: RecordDict) -> RecordDict:
     keys = list(ar)
     first = ar[keys[0]]
     arrays = {k: ar[k] for k in keys}
-    raw = first.stype != _NUMPY  # a compressed payload's blob
+    raw = first.stype != NPY_STYPE  # a compressed payload's blob
     if kind == "wrong-shape":
         if raw:  # the blob 8 bytes longer than its table says
             arrays[keys[0]] = Array(dtype=first.dtype, shape=(len(first.data) + 8,), stype=first.stype,
@@ -109,7 +114,7 @@ def malform(kind: str, rec: RecordDict) -> RecordDict:
     elif kind == "bad-stype":
         arrays[keys[0]] = Array(dtype=first.dtype, shape=first.shape, stype="bogus.stype", data=first.data)
     elif kind == "npy-bomb":  # the declared shape is the honest one; the header inside claims 1e10 elements
-        arrays[keys[0]] = Array(dtype=first.dtype, shape=first.shape, stype=_NUMPY, data=npy_bomb())
+        arrays[keys[0]] = Array(dtype=first.dtype, shape=first.shape, stype=NPY_STYPE, data=npy_bomb())
     else:
         raise ValueError(f"unknown malformed record kind {kind!r}")
     rec[name] = ArrayRecord(arrays)

@@ -28,8 +28,8 @@ NPY_STYPE: str = SType.NUMPY  # what Array(ndarray) writes: .npy bytes
 RAW_STYPE = "raw"  # fedrl's payload blobs: the bytes themselves, no header
 ALLOWED: dict[str, np.dtype] = {"<f4": np.dtype("<f4"), "|u1": np.dtype("|u1")}  # .npy descr -> dtype
 MAX_HEADER = 1024  # bytes; np.save writes 118 for any array fedrl sends (padded to 64-byte alignment)
-_MAGIC = b"\x93NUMPY\x01\x00"  # format version 1.0: np.save writes it for every header under 64 KiB
-_PREFIX = len(_MAGIC) + 2  # magic, version, uint16 header length
+NPY_MAGIC = b"\x93NUMPY\x01\x00"  # format version 1.0: np.save writes it for every header under 64 KiB
+_PREFIX = len(NPY_MAGIC) + 2  # magic, version, uint16 header length
 
 
 class WireError(ValueError):
@@ -58,9 +58,9 @@ def read_npy_header(data: object) -> NpyHeader:
         raise WireError(f"array data must be bytes, got {type(data).__name__}")
     if len(data) < _PREFIX:
         raise WireError(f"array data is {len(data)} bytes, shorter than an .npy header")
-    if data[:len(_MAGIC)] != _MAGIC:
+    if data[:len(NPY_MAGIC)] != NPY_MAGIC:
         raise WireError("array data is not .npy version 1.0 (bad magic or version)")
-    hlen = int.from_bytes(data[len(_MAGIC):_PREFIX], "little")
+    hlen = int.from_bytes(data[len(NPY_MAGIC):_PREFIX], "little")
     if hlen > MAX_HEADER:
         raise WireError(f".npy header declares {hlen} bytes; at most {MAX_HEADER} allowed")
     if len(data) < _PREFIX + hlen:

@@ -24,6 +24,7 @@ from flwr.common.config import parse_config_args
 from fedrl.cli import main
 from fedrl.config import from_run_config
 from fedrl.federation import Federation
+from fedrl.flower.hostile import npy_bomb
 from fedrl.overrides import FLOWER_PAIR, check_override
 from fedrl.results import RunFolder
 from fedrl.rl.normalize import Moments
@@ -195,9 +196,8 @@ W = "policy/actor.0.weight"
 
 def _npy_bomb(run: Path) -> None:
     # a 128-byte .npy header declaring 10^10 float32 values, with no data behind it
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000), }".ljust(117) + "\n"
     with zipfile.ZipFile(run / "model.npz", "a") as zf:
-        zf.writestr("bomb.npy", b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode())
+        zf.writestr("bomb.npy", npy_bomb("<f4", (100000, 100000)))
 
 
 def _object_array(run: Path) -> None:

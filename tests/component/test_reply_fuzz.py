@@ -36,6 +36,7 @@ from fedrl.config import from_run_config
 from fedrl.federation import Federation, Reply, uplink_scale
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
+from fedrl.flower.hostile import npy_bytes as _npy
 from fedrl.flower.transport import check_reply, decode_reply_safely
 from fedrl.secagg import Masked
 
@@ -79,11 +80,6 @@ def _honest(up: str, node: int) -> Reply:
 def _message(content: RecordDict | Error) -> Message:
     request = Message(RecordDict(), dst_node_id=7, message_type=codec.TRAIN, group_id="1")
     return Message(content, reply_to=request)
-
-
-def _npy(header: str, body: bytes) -> bytes:
-    h = header.encode("latin1")
-    return b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h + body
 
 
 def _saved(a: np.ndarray) -> bytes:

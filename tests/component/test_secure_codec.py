@@ -8,6 +8,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from fedrl.flower import secure_codec as sc
 from fedrl.flower.codec import WireError
+from fedrl.flower.hostile import npy_bomb
 from fedrl.secagg import Keys, Masked
 
 SID = bytes(range(16))
@@ -74,14 +75,13 @@ def test_malformed_stage_messages_are_refused() -> None:
 
 def test_a_hostile_masked_vector_is_refused_before_anything_is_allocated() -> None:
     y = np.arange(100, dtype=np.uint64)
-    huge = b"{'descr': '|u1', 'fortran_order': False, 'shape': (10000000000,), }"
     good = sc.encode_masked(Masked(2, 7, SID, y, ()), 10)  # 100 elements of 10 bits: 125 bytes
     cases = {
         "stype": Array(dtype="uint8", shape=(125,), stype="raw", data=bytes(125)),
         "dtype": Array(np.zeros(125, np.float32)),
         "size": Array(np.zeros(1000, np.uint8)),
-        "huge": Array(dtype="uint8", shape=(10**10,), stype="numpy.ndarray", data=b"\x93NUMPY\x01\x00" + len(
-            huge).to_bytes(2, "little") + huge),
+        "huge": Array(dtype="uint8", shape=(10**10,), stype="numpy.ndarray",
+                      data=npy_bomb("|u1", (10**10,))),
     }
     reasons = {"stype": "array stype 'raw' is not allowed", "dtype": "array dtype float32 is not allowed here; expected uint8",
                "size": r"array has shape \(1000,\), expected \(125,\)",

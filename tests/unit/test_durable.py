@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from fedrl import durable
+from fedrl.flower.hostile import npy_bomb
 
 STATE: dict[str, np.ndarray] = {"adam.step": np.asarray([12], np.int64), "ef.residual": np.arange(5, dtype=np.float32)}
 
@@ -72,8 +73,7 @@ def test_a_server_resumed_one_round_back_gets_the_state_before_that_round(tmp_pa
 
 def _npy_declaring(shape: tuple[int, ...]) -> bytes:
     """A 128-byte .npy whose header claims ``shape`` of float64: numpy would allocate it before reading."""
-    header = f"{{'descr': '<f8', 'fortran_order': False, 'shape': {shape}, }}".ljust(117) + "\n"
-    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\0" * 8
+    return npy_bomb("<f8", shape) + b"\0" * 8
 
 
 def _zip_of(members: dict[str, bytes]) -> bytes:

@@ -14,13 +14,8 @@ from fedrl.compression.base import Compressed
 from fedrl.federation import Reply
 from fedrl.flower import codec
 from fedrl.flower.codec import Layout
+from fedrl.flower.hostile import npy_bytes as _npy
 from fedrl.flower.safe_arrays import WireError, decode_array, decode_arrays, decode_blob, read_npy_header
-
-
-def _npy(header: str, body: bytes = b"") -> bytes:
-    """.npy version 1.0 bytes with a hand-written header dict."""
-    h = header.encode("latin1")
-    return b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h + body
 
 
 def _array(data: bytes, dtype: str = "float32", shape: tuple[int, ...] = (2, 3), stype: str = "numpy.ndarray") -> Array:
