@@ -15,8 +15,9 @@ Poisoned replies (``REPLY_ATTACKS``): the node trains honestly, then lies in a w
 Each is stopped by a server check (``fedrl.guards``):
 
 - ``huge-weights``: every weight (or every float of its compressed update) is 3.4e38, finite in
-  float32; stopped by ``strategy.max-update-norm``, else the aggregate overflows and the
-  non-finite guard keeps the previous model;
+  float32; stopped by ``strategy.max-update-norm``; without it the FedAvg mean overflows and the
+  non-finite guard keeps the previous model, but under ``local`` and gossip (no mean) the finite
+  weights become that node's model, and gossip neighbours mix them in;
 - ``nan-weights``: every weight is NaN (the finite-weights check);
 - ``lie-steps``: claims 100x the planned env steps, to take ~all of the FedAvg weight (a report
   above the plan is refused);

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from fedrl.federation import Federation, Reply
 
 
+MAX_OBS_MEAN = 1e6  # |mean| of any observation coordinate a node may report (variance: its square)
+
+
 def steps_problem(reported: int, planned: int) -> str | None:
     """Why a reported env-step count cannot be the reply's weight (None: it can)."""
     if isinstance(reported, bool) or not isinstance(reported, (int, np.integer)):
@@ -61,6 +64,13 @@ def moments_problem(m: Moments | None, obs_on: bool, dim: int, steps: int) -> st
         return "non-finite observation means"
     if not (bool(np.all(np.isfinite(m.m2))) and bool(np.all(m.m2 >= 0))):
         return "observation second moments must be finite and >= 0"
+    # Finite is not enough: means of 1e300 make the merged statistics overflow, and the guard would
+    # then undo every round's aggregation (one node stalls the run). No environment fedrl runs
+    # observes anything near these bounds; a node that claims to is left out.
+    if float(np.max(np.abs(m.mean))) > MAX_OBS_MEAN:
+        return f"observation means beyond +-{MAX_OBS_MEAN:g}"
+    if float(np.max(m.m2)) > MAX_OBS_MEAN**2 * float(steps):
+        return f"observation variance beyond {MAX_OBS_MEAN**2:g}"
     return None
 
 

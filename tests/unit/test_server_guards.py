@@ -77,6 +77,12 @@ def test_observation_statistics_must_describe_the_steps_trained() -> None:
         "non-finite observation means"
     assert moments_problem(Moments(256.0, np.zeros(3), np.ones(3)), True, 4, 256) == \
         "observation statistics of shape (3,)/(3,), expected (4,)"
+    # finite but far: merged, they would overflow and the guard would undo every round (a stall)
+    assert moments_problem(Moments(256.0, np.full(4, 1e300), np.ones(4)), True, 4, 256) == \
+        "observation means beyond +-1e+06"
+    assert moments_problem(Moments(256.0, np.full(4, -1e6), np.full(4, 256e12)), True, 4, 256) is None
+    assert moments_problem(Moments(256.0, np.zeros(4), np.full(4, 256e12 * 1.01)), True, 4, 256) == \
+        "observation variance beyond 1e+12"
     fed = _fed(**{"algo.norm-obs": "on"})
     g = fed.models[0]
     assert fed.validate(Reply(0, list(g), 256, ok, {}), 0) is None
