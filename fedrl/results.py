@@ -1,4 +1,4 @@
-"""The run folder: config.json, metrics.jsonl, summary.json, the final model and plots.
+"""The run folder: config.json, metrics.jsonl, summary.json, the final and best models, plots.
 
 Layout and keys are a contract (DESIGN.md, "Contracts that outside checks use").
 ``metrics.jsonl`` has one object per completed round; on resume, rows past the checkpointed
@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 
 from fedrl.atomic import PUBLIC, write_text, write_with
+from fedrl.best import Best
 from fedrl.errors import RunFileError
 
 log = logging.getLogger("fedrl")
 
 METRICS, SUMMARY, CONFIG, MODEL = "metrics.jsonl", "summary.json", "config.json", "model.npz"
+BEST_MODEL = "best_model.npz"  # the best model by evaluation (fedrl.best), in model.npz's format
 
 
 def _clean(obj: Any) -> Any:
@@ -75,6 +77,7 @@ class RunFolder:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
+        self.best: Best | None = None  # the evaluation best_model.npz holds (restored on resume)
 
     def write_config(self, resolved: dict[str, Any]) -> None:
         write_json(self.path / CONFIG, resolved)
@@ -101,10 +104,12 @@ class RunFolder:
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_json(self.path / SUMMARY, summary)
 
-    def save_model(self, names: list[str], weights: list[np.ndarray], extra: dict[str, np.ndarray]) -> Path:
-        """The final policy as ``.npz`` of named float32 arrays (load with allow_pickle=False)."""
+    def save_model(self, names: list[str], weights: list[np.ndarray], extra: dict[str, np.ndarray],
+                   file: str = MODEL) -> Path:
+        """A policy as ``.npz`` of named float32 arrays (load with allow_pickle=False): the final one
+        (``model.npz``) or the best one (``best_model.npz``), written atomically."""
         arrays = {f"policy/{n}": w for n, w in zip(names, weights, strict=True)} | extra
-        return write_with(self.path / MODEL, lambda fh: np.savez(fh, **arrays), PUBLIC)  # type: ignore[arg-type]
+        return write_with(self.path / file, lambda fh: np.savez(fh, **arrays), PUBLIC)  # type: ignore[arg-type]
 
     def plot(self, variant_labels: list[str]) -> list[Path]:
         """PNG learning curves: eval return per variant against round and against env steps."""

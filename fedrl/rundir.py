@@ -1,7 +1,8 @@
 """Run-folder lifecycle shared by every engine: create or resume, progress lines, finish.
 
 ``finish`` writes summary.json (keys fixed by DESIGN.md), the final model (``model.npz``),
-the PNG learning curves and prints the per-variant table.
+the PNG learning curves and prints the per-variant table. Every evaluation (``end_round``'s and
+the final one in ``finish``) may replace the best model, ``best_model.npz`` (``fedrl.best``).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from fedrl import checkpoint
+from fedrl.best import Best, improves, last_evals_min, table_line
 from fedrl.errors import ConfigError
 from fedrl.federation import Federation
 from fedrl.privacy.node import dpsgd_field
-from fedrl.results import RunFolder
-from fedrl.snapshot import restore, snapshot
+from fedrl.results import BEST_MODEL, RunFolder
+from fedrl.snapshot import best_of, restore, snapshot
 
 log = logging.getLogger("fedrl")
 
@@ -38,7 +40,9 @@ def resolve_run_folder(fed: Federation) -> RunFolder:
         if ck is None:
             raise ConfigError("resume", f"no checkpoint in {path}; nothing to resume")
         restore(fed, ck, path / checkpoint.FILE)  # checks it fits the config before metrics are touched
+        best = best_of(ck, path / checkpoint.FILE)
         folder = RunFolder(path)
+        folder.best = best  # a worse evaluation after resume does not replace best_model.npz
         folder.truncate_metrics(fed.round)
         print(f"fedrl: resuming {path} after round {fed.round}", flush=True)
         return folder
@@ -83,8 +87,9 @@ def end_round(fed: Federation, folder: RunFolder, started: float, round_started:
         row["consensus_distance"] = fed.consensus_distance()
     if evals:
         row |= {"eval_returns": evals, "eval_mean_return": sum(evals) / len(evals), "eval_min_return": min(evals)}
+        keep_best(fed, folder, evals)
     folder.append_metrics(row)
-    checkpoint.save(folder.path, snapshot(fed, started))
+    checkpoint.save(folder.path, snapshot(fed, started, folder.best))
     print(round_line(row, cfg.num_server_rounds), flush=True)
     if evals and cfg.eval.stop_at_target and fed.solved(evals):
         print(f"every variant reached the target return {fed.target}: stopping", flush=True)
@@ -92,16 +97,41 @@ def end_round(fed: Federation, folder: RunFolder, started: float, round_started:
     return False
 
 
-def _last_eval(rows: list[dict[str, Any]]) -> list[float] | None:
-    evals = [r for r in rows if r.get("eval_returns")]
-    return evals[-1]["eval_returns"] if evals else None
+def model_arrays(fed: Federation) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    """What ``model.npz`` and ``best_model.npz`` hold: the server model's weights, and the extra
+    arrays (observation statistics; every node's model as ``node{i}/<name>`` for local and gossip)."""
+    extra = {"obs_moments": fed.moments[0].to_array()} if fed.moments[0] is not None else {}
+    if fed.per_node:
+        for i, w in enumerate(fed.node_models()):
+            extra |= {f"node{i}/{n}": a for n, a in zip(fed.names, w, strict=True)}
+    return fed.server_model(), extra
+
+
+def keep_best(fed: Federation, folder: RunFolder, returns: list[float]) -> bool:
+    """If ``returns`` (this round's evaluation, per variant) beat ``folder.best``, write the current
+    model to ``best_model.npz`` and record it as the best; return whether it did."""
+    if not improves(returns, folder.best):
+        return False
+    folder.save_model(fed.names, *model_arrays(fed), file=BEST_MODEL)
+    folder.best = Best.of(fed.round, returns)
+    return True
+
+
+def _evaluations(rows: list[dict[str, Any]]) -> list[tuple[int, list[float]]]:
+    """(round, per-variant returns) of every row that evaluated, oldest first."""
+    return [(r["round"], r["eval_returns"]) for r in rows if r.get("eval_returns")]
 
 
 def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
     rows = folder.read_metrics()
-    returns = _last_eval(rows)
-    if returns is None or len(returns) != len(fed.variants):
+    evals = _evaluations(rows)
+    if evals and evals[-1][0] == fed.round and len(evals[-1][1]) == len(fed.variants):
+        returns = evals[-1][1]
+    else:  # the run stopped after a round that did not evaluate: the final model is evaluated now
         returns = fed.evaluate_own()
+        keep_best(fed, folder, returns)
+        evals.append((fed.round, returns))
+    best = folder.best
     summary: dict[str, Any] = {
         "rounds_completed": fed.round,
         "env_steps_total": fed.env_steps,
@@ -114,6 +144,10 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         "eval_min_return": float(np.min(returns)),
         "target_return": fed.target,
         "solved": fed.solved(returns),
+        "best_round": best.round if best is not None else None,
+        "best_eval_min_return": best.min_return if best is not None else None,
+        "best_eval_mean_return": best.mean_return if best is not None else None,
+        "last_evals_min_return": last_evals_min([ev for _, ev in evals]),
         "strategy": fed.cfg.strategy.name,
         "epsilon": fed.epsilon(),
         "delta": fed.privacy.delta if fed.privacy is not None else None,
@@ -135,11 +169,7 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
     if fed.gossip is not None:
         summary["consensus_distance"] = fed.consensus_distance()
     folder.write_summary(summary)
-    extra = {"obs_moments": fed.moments[0].to_array()} if fed.moments[0] is not None else {}
-    if fed.per_node:
-        for i, w in enumerate(fed.node_models()):
-            extra |= {f"node{i}/{n}": a for n, a in zip(fed.names, w, strict=True)}
-    folder.save_model(fed.names, fed.server_model(), extra)
+    folder.save_model(fed.names, *model_arrays(fed))
     labels = [", ".join(f"{k}={v:.3g}" for k, v in p.items()) or f"node {i}" for i, p in enumerate(fed.variants)]
     folder.plot(labels)
     print_table(summary)
@@ -153,3 +183,4 @@ def print_table(summary: dict[str, Any]) -> None:
         print(f"{e['node']:>4}  {params:<40} {e['mean_return']:9.1f}")
     print(f"mean {summary['eval_mean_return']:.1f}  min {summary['eval_min_return']:.1f}  "
           f"env steps {summary['env_steps_total']:,}  wall {summary['wall_time_s']:.1f} s", flush=True)
+    print(table_line(summary), flush=True)

@@ -1,7 +1,8 @@
 """A federation's state as a checkpoint and back: what a killed run resumes from.
 
 Arrays (models, broadcast bases, observation statistics, EF21, DP and server-optimizer state) and
-JSON metadata (counters, the run uid, selection history, the config it was made with); see
+JSON metadata (counters, the run uid, selection history, the config it was made with, the best
+evaluation so far: ``fedrl.best``); see
 ``fedrl.checkpoint`` for the atomic file format.
 """
 
@@ -11,6 +12,7 @@ import time
 
 import numpy as np
 
+from fedrl.best import Best
 from fedrl.checkpoint import Checkpoint
 from fedrl.config import LOCATION_KEYS, to_flat
 from fedrl.errors import ConfigError, RunFileError
@@ -19,8 +21,9 @@ from fedrl.rl.normalize import Moments
 from fedrl.snapshot_checks import check_fits
 
 
-def snapshot(fed: Federation, started: float) -> Checkpoint:
-    """The federation's state after its last round (``started``: when this process's share of the run began)."""
+def snapshot(fed: Federation, started: float, best: Best | None = None) -> Checkpoint:
+    """The federation's state after its last round (``started``: when this process's share of the run began)
+    and ``best``, the evaluation ``best_model.npz`` holds (read back with ``best_of``)."""
     arrays: dict[str, np.ndarray] = {}
     for s, (w, m) in enumerate(zip(fed.models, fed.moments, strict=True)):
         arrays.update({f"model{s}/{i}": a for i, a in enumerate(w)})
@@ -39,11 +42,22 @@ def snapshot(fed: Federation, started: float) -> Checkpoint:
             "bytes_down": fed.bytes_down, "wall_time_s": fed.wall_time_s + (time.time() - started),
             "config": to_flat(fed.cfg), "holds": {str(k): v for k, v in fed.holds.items()},
             "bcast_round": [c.round for c in fed.casts],
-            "bytes_cloud": fed.bytes_cloud, "run_uid": fed.run_uid, **dp_meta}
+            "bytes_cloud": fed.bytes_cloud, "run_uid": fed.run_uid, **dp_meta,
+            "best": best.to_meta() if best is not None else None}
     meta["selection"] = fed.selector.to_meta()
     if fed.gossip is not None:
         meta["gossip_trained"] = list(fed.gossip.trained)
     return Checkpoint(meta, arrays)
+
+
+def best_of(ck: Checkpoint, src: object = "checkpoint") -> Best | None:
+    """The best evaluation recorded in ``ck`` (None: none yet, or a checkpoint from before fedrl kept one).
+
+    Raises:
+        RunFileError: naming ``src`` and ``best`` when it is malformed or after the checkpoint's round.
+    """
+    rnd = ck.meta.get("round")
+    return Best.from_meta(ck.meta.get("best"), src, rnd if type(rnd) is int else 0)
 
 
 def restore(fed: Federation, ck: Checkpoint, src: object = "checkpoint") -> None:
