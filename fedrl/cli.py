@@ -4,8 +4,9 @@
     fedrl check --list                       every key with its default and help
     fedrl run [APP] [SUPERLINK] [flwr run options]   check, then `flwr run ... --stream`
     fedrl central [APP] [--run-config ...]   the centralized baseline, no Flower
-    fedrl export RUN_DIR [--format torchscript|onnx] [--out DIR]
-                                             the run's policy, runnable without fedrl
+    fedrl export RUN_DIR [--which best|final] [--format torchscript|onnx] [--out DIR]
+                                             the run's best (default) or final policy,
+                                             runnable without fedrl
     fedrl certs --out DIR --host HOST --nodes N [--force]
                                              development TLS certificates and SuperNode keys
 
@@ -122,18 +123,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def _export(rest: list[str]) -> int:
     from fedrl.export import FORMATS, export
+    from fedrl.final_model import WHICH
 
     ap = _Parser(prog="fedrl export")
     ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--which", default="best", choices=list(WHICH),
+                    help="best: best_model.npz, the best evaluation's model; final: model.npz")
     ap.add_argument("--format", default="torchscript", choices=FORMATS)
     ap.add_argument("--out", type=Path, default=None, help="default: RUN_DIR/export")
     try:
         args = ap.parse_args(rest)
-        out = export(args.run_dir, args.format, args.out)
+        out = export(args.run_dir, args.format, args.out, args.which)
     except ConfigError as err:
         print(f"fedrl export: {err}", file=sys.stderr)
         return 2
-    print(f"fedrl: wrote {out} (policy, policy.json, run_policy.py); try: python {out / 'run_policy.py'}")
+    print(f"fedrl: wrote {out} ({args.which} policy, policy.json, run_policy.py); "
+          f"try: python {out / 'run_policy.py'}")
     return 0
 
 

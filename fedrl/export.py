@@ -1,4 +1,6 @@
-"""``fedrl export RUN_DIR``: the run's final policy as a file that runs without fedrl.
+"""``fedrl export RUN_DIR [--which best|final]``: the run's best (default) or final policy as a file
+that runs without fedrl. ``best`` is ``best_model.npz``, the model of the best evaluation
+(``fedrl.best``); ``final`` is ``model.npz``, the model the run ended with.
 
 The exported module takes a float32 batch of raw observations ``[B, obs_dim]`` and returns the
 greedy action the framework's evaluation takes (``ActorCritic.greedy`` after the run's
@@ -60,25 +62,26 @@ class GreedyPolicy(nn.Module):
         return out.argmax(-1) if self.discrete else out
 
 
-def load_policy(run_dir: Path) -> tuple[GreedyPolicy, dict[str, object]]:
-    """The run's final policy and its description (from config.json and model.npz).
+def load_policy(run_dir: Path, which: str = "best") -> tuple[GreedyPolicy, dict[str, object]]:
+    """The run's ``which`` policy (``best``: best_model.npz, ``final``: model.npz) and its
+    description (from config.json; ``which`` included).
 
     Raises:
         ConfigError: ``RUN_DIR`` when ``run_dir`` is not a folder; ``RunFileError`` (a
             ``ConfigError``) naming the file and field when a file is missing or does not fit
             (``fedrl.final_model``). A policy with non-finite weights is refused, never exported.
     """
-    final = read_final_model(run_dir)
+    final = read_final_model(run_dir, which)
     model = ActorCritic(final.spec)
     set_weights(model, final.weights)
     spec = final.spec
     info: dict[str, object] = {"env_id": final.env_id, "env_kwargs": final.env_kwargs, "obs_dim": spec.obs_dim,
                                "action_kind": spec.action_kind, "action_dim": spec.action_dim,
-                               "normalized_observations": final.moments is not None}
+                               "normalized_observations": final.moments is not None, "which": which}
     return GreedyPolicy(model, final.moments).eval(), info
 
 
-def export(run_dir: Path, fmt: str = "torchscript", out: Path | None = None) -> Path:
+def export(run_dir: Path, fmt: str = "torchscript", out: Path | None = None, which: str = "best") -> Path:
     """Write the policy, ``policy.json`` and ``run_policy.py`` into ``out`` (default RUN_DIR/export).
 
     Each file is written atomically (``fedrl.atomic``): a reader sees the old file or the new one.
@@ -92,7 +95,7 @@ def export(run_dir: Path, fmt: str = "torchscript", out: Path | None = None) -> 
     if fmt == "onnx" and importlib.util.find_spec("onnx") is None:
         raise ConfigError("--format", "onnx export needs the onnx package (pip install onnx onnxscript); it is not "
                                       "installed here. --format torchscript needs nothing more than torch")
-    policy, info = load_policy(run_dir)
+    policy, info = load_policy(run_dir, which)
     out = out or run_dir / "export"
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} exists and is not a folder; give a folder (it is created if missing)")

@@ -1,8 +1,9 @@
-"""A run folder's final policy read back and checked: ``config.json``'s description, ``model.npz``'s arrays.
+"""A run folder's policy read back and checked: ``config.json``'s description, the arrays of
+``model.npz`` (the final model) or ``best_model.npz`` (the best by evaluation, ``fedrl.best``).
 
 A run folder is a file a user may have copied, truncated or edited. Nothing in it is trusted:
 ``config.json`` must describe a policy fedrl can build (kinds, positive sizes, the weight names
-that network has), ``model.npz`` must be a pickle-free ``.npz`` whose ``.npy`` headers are checked
+that network has), the model file must be a pickle-free ``.npz`` whose ``.npy`` headers are checked
 before numpy allocates (``fedrl.checkpoint.read_npz``), holding every named array in float32 with
 the network's shape and only finite values, and, when observation normalization was on, the
 run's statistics (float64 ``[count, mean..., m2...]`` with ``count > 0`` and ``m2 >= 0``).
@@ -23,11 +24,12 @@ from fedrl.checkpoint import UNREADABLE, read_npz
 from fedrl.config import norm_on
 from fedrl.env_checks import MAX_POLICY_PARAMS, check_policy_size
 from fedrl.errors import ConfigError, RunFileError
-from fedrl.results import CONFIG, MODEL
+from fedrl.results import BEST_MODEL, CONFIG, MODEL
 from fedrl.rl.networks import ActorCritic, PolicySpec
 from fedrl.rl.normalize import Moments
 
 MOMENTS = "obs_moments"
+WHICH = {"best": BEST_MODEL, "final": MODEL}  # fedrl export --which
 
 
 @dataclass(frozen=True)
@@ -42,17 +44,24 @@ class FinalModel:
     env_kwargs: str
 
 
-def read_final_model(run_dir: Path) -> FinalModel:
-    """The final policy of the run in ``run_dir``, every field checked.
+def read_final_model(run_dir: Path, which: str = "final") -> FinalModel:
+    """The ``which`` policy (``final``: ``model.npz``, ``best``: ``best_model.npz``) of the run in
+    ``run_dir``, every field checked.
 
     Raises:
-        ConfigError: ``RUN_DIR`` when ``run_dir`` is not a folder.
-        RunFileError: naming ``config.json`` or ``model.npz`` and the field that is missing,
+        ConfigError: ``RUN_DIR`` when ``run_dir`` is not a folder; ``--which`` for an unknown
+            ``which``, or ``best`` in a finished run folder without ``best_model.npz``.
+        RunFileError: naming ``config.json`` or the model file and the field that is missing,
             unreadable or does not fit (see the module docstring).
     """
+    if which not in WHICH:
+        raise ConfigError("--which", f"got {which!r}; one of {', '.join(WHICH)}")
     if not run_dir.is_dir():
         raise ConfigError("RUN_DIR", f"{run_dir} is not a folder (give a run folder, e.g. runs/<run-name>)")
-    cfg_file, model_file = run_dir / CONFIG, run_dir / MODEL
+    cfg_file, model_file = run_dir / CONFIG, run_dir / WHICH[which]
+    if which == "best" and not model_file.exists() and (run_dir / MODEL).is_file():
+        raise ConfigError("--which", f"best: {model_file} is missing (no evaluation of this run had finite returns, "
+                                     f"or fedrl was older than issue 13); --which final exports {MODEL}")
     for f in (cfg_file, model_file):
         if not f.is_file():
             raise RunFileError(f, "file", "missing: not a finished fedrl run (the run writes it when it ends)")

@@ -26,7 +26,7 @@ from fedrl.config import from_run_config
 from fedrl.federation import Federation
 from fedrl.flower.hostile import npy_bomb
 from fedrl.overrides import FLOWER_PAIR, check_override
-from fedrl.results import RunFolder
+from fedrl.results import BEST_MODEL, MODEL, RunFolder
 from fedrl.rl.normalize import Moments
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,6 +137,7 @@ def test_secagg_off_does_not_warn(capsys: pytest.CaptureFixture[str]) -> None:
     (["export", "/tmp", "--format", "gif"], ["--format", "invalid choice"]),
     (["export", "/tmp", "--bogus"], ["--bogus", "not an argument"]),
     (["export", "/tmp", "--out"], ["--out", "expected one argument"]),
+    (["export", "/tmp", "--which", "last"], ["--which", "invalid choice", "'best', 'final'"]),
 ])
 def test_cli_arguments_are_refused_in_one_line(argv: list[str], must_contain: list[str],
                                                capsys: pytest.CaptureFixture[str]) -> None:
@@ -153,7 +154,8 @@ def test_a_malformed_pyproject_is_refused_naming_the_app(tmp_path: Path, capsys:
 
 # --- fedrl export on a tampered run folder ----------------------------------------------------------
 def _run_folder(root: Path, env: str = "cartpole") -> Path:
-    """A finished run folder written as a run writes it (RunFolder.write_config and save_model)."""
+    """A finished run folder written as a run writes it (RunFolder.write_config and save_model, the
+    final model and the best one, here the same)."""
     rc = {"nodes.count": 2} if env == "cartpole" else {"env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)",
                                                         "nodes.count": 2}
     fed = Federation(from_run_config(rc))
@@ -163,6 +165,7 @@ def _run_folder(root: Path, env: str = "cartpole") -> Path:
     if fed.moments[0] is not None:  # normalization on (Pendulum): statistics of 10 observations
         extra["obs_moments"] = Moments(10.0, np.array([0.1, -0.2, 0.3]), np.array([1.0, 2.0, 3.0])).to_array()
     folder.save_model(fed.names, fed.server_model(), extra)
+    folder.save_model(fed.names, fed.server_model(), extra, file=BEST_MODEL)
     return folder.path
 
 
@@ -270,17 +273,36 @@ def test_the_untampered_folder_exports(tmp_path: Path, capsys: pytest.CaptureFix
         assert json.loads((run / "export" / "policy.json").read_text())["normalized_observations"] == (env != "cartpole")
 
 
+@pytest.mark.parametrize("which", ["final", "best"])
 @pytest.mark.parametrize("case", list(TAMPER))
-def test_export_refuses_a_tampered_run_folder_in_one_line(case: str, tmp_path: Path,
+def test_export_refuses_a_tampered_run_folder_in_one_line(case: str, which: str, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     env, tamper, must_contain = TAMPER[case]
     run = _run_folder(tmp_path, env)
-    tamper(run)
-    line = _one_line(capsys, ["export", str(run)])
+    tamper(run)  # model.npz
+    if which == "best":  # the same damage to best_model.npz, the file --which best reads
+        if (run / MODEL).exists():
+            (run / BEST_MODEL).write_bytes((run / MODEL).read_bytes())
+        else:
+            (run / BEST_MODEL).unlink()
+    line = _one_line(capsys, ["export", str(run), "--which", which])
     assert line.startswith(f"fedrl export: {run}/"), line
+    if "model.npz" in must_contain:  # the error names the file this --which reads
+        assert line.startswith(f"fedrl export: {run / (BEST_MODEL if which == 'best' else MODEL)}: "), line
     for word in must_contain:
         assert word in line, line
     assert not (run / "export").exists()  # nothing exported, NaN weights least of all
+
+
+def test_export_of_the_best_model_without_one_names_which(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _run_folder(tmp_path)
+    (run / BEST_MODEL).unlink()
+    line = _one_line(capsys, ["export", str(run)])  # --which best is the default
+    assert line == (f"fedrl export: --which: best: {run / BEST_MODEL} is missing (no evaluation of this run had "
+                    "finite returns, or fedrl was older than issue 13); --which final exports model.npz")
+    assert not (run / "export").exists()
+    assert main(["export", str(run), "--which", "final"]) == 0
+    assert json.loads((run / "export" / "policy.json").read_text())["which"] == "final"
 
 
 def test_export_refuses_an_output_path_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -315,7 +337,8 @@ def test_one_line_through_the_real_command(tmp_path: Path) -> None:
     # stderr of the installed command, warnings and logging included: still one line, no traceback
     run = _run_folder(tmp_path)
     _edit_model(_set_nan)(run)
-    for args in (["check", "--run-config", "env.kwargs='max_episode_steps=0'"], ["export", str(run)]):
+    for args in (["check", "--run-config", "env.kwargs='max_episode_steps=0'"],
+                 ["export", str(run), "--which", "final"]):
         res = subprocess.run([FEDRL, *args], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
         assert res.returncode == 2 and "Traceback" not in res.stderr + res.stdout
         assert len(res.stderr.splitlines()) == 1, res.stderr
