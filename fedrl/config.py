@@ -88,6 +88,10 @@ class StrategyConfig:
                            "server step on the mean delta (1: plain FedAvg; adaptive optimizers want about 0.01; gossip: each "
                            "node's step on its own update before mixing)",
                            ck.positive)
+    server_lr_end: float = opt("strategy.server-lr-end", -1.0,
+                               "server-lr in the last round, annealed linearly from strategy.server-lr in round 1 "
+                               "(-1: constant; server optimizers of the star, hierarchical and asynchronous rules)",
+                               ck.off_or_non_negative)
     proximal_mu: float = opt("strategy.proximal-mu", 0.01, "FedProx mu (used by fedprox)", ck.non_negative)
     momentum: float = opt("strategy.momentum", 0.9, "fedavgm: server momentum", ck.unit_closed)
     beta1: float = opt("strategy.beta1", 0.9, "fedadagrad, fedadam, fedyogi: first-moment decay", ck.unit_closed)

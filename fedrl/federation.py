@@ -27,7 +27,7 @@ from fedrl import guards
 from fedrl.aggregation.asynchronous import ASYNC_RULES, AsyncState, Buffered, async_mix, buffered_mean, staleness_weight
 from fedrl.aggregation.fedavg import apply_delta, delta_of, weighted_mean
 from fedrl.aggregation.robust import ROBUST_RULES, robust_aggregate
-from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings
+from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings, annealed_lr
 from fedrl.attacks import attackers
 from fedrl.compression.base import Compressed
 from fedrl.compression.downlink import Broadcaster, Downlink
@@ -286,7 +286,8 @@ class Federation:
                                 t.edge_rule, len(mine), err)
                     continue
             # the same step as the star's (strategy.server-lr; the optimizer is stateless)
-            self.models[e] = unflatten(self.server_opt.step(flatten(self.models[e]), mean), self.models[e])
+            self.models[e] = unflatten(self.server_opt.step(flatten(self.models[e]), mean, self._server_lr()),
+                                       self.models[e])
         if rnd % t.cloud_every == 0:
             cloud = self.server_model()
             self.models = [list(cloud) for _ in self.models]
@@ -339,7 +340,12 @@ class Federation:
     def _server_step(self, mean: list[np.ndarray]) -> None:
         """Move the global model with the round's mean update (``strategy.name``'s server optimizer)."""
         g = self.models[0]
-        self.models[0] = unflatten(self.server_opt.step(flatten(g), flatten(mean)), g)
+        self.models[0] = unflatten(self.server_opt.step(flatten(g), flatten(mean), self._server_lr()), g)
+
+    def _server_lr(self) -> float:
+        """This round's server learning rate (``strategy.server-lr``, annealed to ``server-lr-end``)."""
+        s = self.cfg.strategy
+        return annealed_lr(s.server_lr, s.server_lr_end, self.round + 1, self.cfg.num_server_rounds)
 
     # --- asynchronous rules (fedbuff, fedasync; fedrl.aggregation.asynchronous) ------------
     def receive_async(self, reply: Reply, version: int, base: list[np.ndarray]) -> list[tuple[int, int]]:

@@ -18,11 +18,26 @@ loop needs them as a step on arrays, so they are written here (a few lines each)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 OPTIMIZERS = ("fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi")
+
+
+def annealed_lr(start: float, end: float, rnd: int, total_rounds: int) -> float:
+    """The server learning rate of round ``rnd`` (1-based) of ``total_rounds``: ``start`` in round 1,
+    then linearly to ``end`` in the last round (``end = -1``: ``start`` throughout).
+
+    Why: PPO bounds each node's policy change per round (the clipped ratio), and the mean of those
+    changes stays near that trust region; a server step above 1 extrapolates beyond it. Early on
+    that speeds learning; late, when the policy is good, it can overshoot a solved policy.
+    """
+    if end < 0 or total_rounds <= 1:
+        return start
+    frac = min(max((rnd - 1) / (total_rounds - 1), 0.0), 1.0)
+    return start + (end - start) * frac
 
 
 @dataclass(frozen=True)
@@ -46,8 +61,12 @@ class ServerOptimizer:
         self.v = np.zeros(n, np.float64)
         self.steps = 0
 
-    def step(self, x: np.ndarray, d: np.ndarray) -> np.ndarray:
+    def step(self, x: np.ndarray, d: np.ndarray, lr: float | None = None) -> np.ndarray:
+        """The new flat model after one step on the mean update ``d``; ``lr`` overrides the
+        settings' learning rate for this step (a schedule, ``annealed_lr``)."""
         s, d64 = self.s, np.asarray(d, np.float64)
+        if lr is not None:
+            s = dataclasses.replace(s, lr=lr)
         if d64.shape != self.m.shape:
             raise ValueError(f"update has {d64.size} values, the model {self.m.size}")
         self.steps += 1

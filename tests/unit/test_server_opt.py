@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings
+from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings, annealed_lr
+from fedrl.config import from_run_config
+from fedrl.federation import Federation, Reply
 
 
 def _run(settings: ServerOptSettings, updates: list[list[float]]) -> tuple[np.ndarray, ServerOptimizer]:
@@ -59,3 +61,31 @@ def test_state_round_trips_and_bad_input_is_refused() -> None:
         ServerOptimizer(ServerOptSettings("sgd"), 2)
     with pytest.raises(ValueError, match="3 values"):
         opt.step(np.zeros(2, np.float32), np.zeros(3, np.float32))
+
+
+def test_annealed_lr_runs_linearly_from_start_to_end() -> None:
+    assert [annealed_lr(2.0, 1.0, r, 5) for r in range(1, 6)] == [2.0, 1.75, 1.5, 1.25, 1.0]
+    assert annealed_lr(2.0, -1.0, 5, 5) == 2.0  # -1: constant
+    assert annealed_lr(2.0, 1.0, 1, 1) == 2.0  # a one-round run takes the start
+    assert annealed_lr(2.0, 0.0, 9, 5) == 0.0  # past the last round: the end
+
+
+def test_a_step_with_an_lr_overrides_the_settings_once() -> None:
+    opt = ServerOptimizer(ServerOptSettings("fedavg", lr=2.0), 2)
+    x, d = np.zeros(2, np.float32), np.array([1.0, -2.0], np.float32)
+    assert opt.step(x, d, 0.5).tolist() == [0.5, -1.0]
+    assert opt.step(x, d).tolist() == [2.0, -4.0]
+    assert opt.s.lr == 2.0
+
+
+def test_the_federation_anneals_its_server_step() -> None:
+    fed = Federation(from_run_config({"nodes.count": 2, "num-server-rounds": 3, "algo.local-steps": 256,
+                                      "strategy.server-lr": 2.0, "strategy.server-lr-end": 1.0}))
+    steps = []
+    for rnd in (1, 2, 3):
+        fed.begin_round(rnd)
+        g = [w.copy() for w in fed.models[0]]
+        fed.aggregate([Reply(0, [w + np.float32(0.25) for w in g], 256, None, {})], rnd)
+        steps.append(float(fed.models[0][0].flat[0] - g[0].flat[0]))
+        fed.round = rnd
+    assert steps == pytest.approx([0.5, 0.375, 0.25], abs=1e-6)
