@@ -182,6 +182,8 @@ class EvalConfig:
     target_return: str = opt(
         "eval.target-return", "auto", "return that counts as solved: auto (env threshold), none or a number", ck.target)
     stop_at_target: bool = opt("eval.stop-at-target", False, "end the run once every variant reaches the target")
+    held_out: int = opt("eval.held-out", 0, "also evaluate on N variants no node trains on, drawn from env.vary "
+                        "(0: off)", ck.held_out)
 
 
 COMPRESSOR_NAMES = ("none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign")

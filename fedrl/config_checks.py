@@ -84,6 +84,14 @@ def node_count(v: Any) -> str | None:
     return None if 1 <= v <= MAX_NODES else f"must be in [1, {MAX_NODES}]"
 
 
+MAX_HELD_OUT = 1_000
+
+
+def held_out(v: Any) -> str | None:
+    # Each held-out variant costs eval.episodes episodes at every evaluation, in one vector env.
+    return None if 0 <= v <= MAX_HELD_OUT else f"must be in [0, {MAX_HELD_OUT}] (0: off)"
+
+
 def folder_name(v: Any) -> str | None:
     """A run folder's name: one path component, so a run never writes outside ``output-dir``."""
     s = str(v)

@@ -36,6 +36,8 @@ def culprit(cfg: Config) -> str:
 def check_environments(cfg: Config, variants: list[dict[str, float]], kwargs: dict[str, Any]) -> PolicySpec:
     """Build, reset and step each distinct variant once; return the policy spec they share.
 
+    ``variants`` are the nodes' (``nodes.count``), then any held-out ones (``eval.held-out``).
+
     Raises:
         ConfigError: naming ``culprit(cfg)`` when building, resetting or stepping fails or gives a
             non-finite observation; ``env.id`` for observations that are not a flat Box or actions
@@ -87,7 +89,8 @@ def check_policy_size(spec: PolicySpec) -> int:
 
 def _try(cfg: Config, node: int, variant: dict[str, float], kwargs: dict[str, Any]) -> tuple[Any, Any]:
     """(observation space, action space) of node ``node``'s env after one reset and one step."""
-    where = f"node {node}'s {cfg.env.id}" + (f" {variant}" if variant else "") + (f" with {kwargs}" if kwargs else "")
+    who = f"node {node}'s" if node < cfg.nodes.count else f"held-out variant {node - cfg.nodes.count}'s"
+    where = f"{who} {cfg.env.id}" + (f" {variant}" if variant else "") + (f" with {kwargs}" if kwargs else "")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # gym's checker warns on stderr; the verdict is the exception
         try:

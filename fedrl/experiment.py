@@ -7,7 +7,7 @@ import numpy as np
 
 from fedrl.config import Config
 from fedrl.envs.make import make_env
-from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
+from fedrl.envs.spec import parse_kwargs, parse_vary, sample_heldout, sample_variant
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, spec_for
 from fedrl.seeding import INIT, derive
 
@@ -15,6 +15,16 @@ from fedrl.seeding import INIT, derive
 def variants_of(cfg: Config) -> list[dict[str, float]]:
     specs = parse_vary(cfg.env.vary)
     return [sample_variant(specs, i, cfg.nodes.count, cfg.seed) for i in range(cfg.nodes.count)]
+
+
+def heldout_variants_of(cfg: Config, training: list[dict[str, float]]) -> list[dict[str, float]]:
+    """The ``eval.held-out`` variants no node trains on (``fedrl.envs.spec.sample_heldout``); [] when 0.
+
+    ``training`` is ``variants_of(cfg)``. Raises ConfigError naming ``eval.held-out`` when
+    ``env.vary`` leaves nothing to hold out.
+    """
+    specs = parse_vary(cfg.env.vary)
+    return [sample_heldout(specs, j, training, cfg.seed) for j in range(cfg.eval.held_out)]
 
 
 def policy_spec(cfg: Config, variant: dict[str, float]) -> PolicySpec:

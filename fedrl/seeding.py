@@ -12,6 +12,8 @@ import torch
 
 # Purposes keep streams that share (seed, node, round) independent.
 ENV_RESET, TRAIN, SELECT, EVAL, INIT, COMPRESS, DROPOUT, SECAGG, ATTACK = 1, 2, 3, 4, 5, 6, 7, 8, 9
+# Held-out variants (fedrl.envs.spec.sample_heldout) and their evaluation episodes.
+HELDOUT = 10
 
 
 def derive(*ints: int) -> int:

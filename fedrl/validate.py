@@ -20,7 +20,7 @@ from fedrl.dropout import SECAGG_STAGES
 from fedrl.env_checks import check_environments
 from fedrl.envs.families import check_env_id, check_params, check_values
 from fedrl.envs.make import make_env
-from fedrl.envs.spec import parse_kwargs, parse_vary, sample_variant
+from fedrl.envs.spec import parse_kwargs, parse_vary, sample_heldout, sample_variant
 from fedrl.errors import ConfigError
 from fedrl.privacy.plan import plan_for, sample_plan
 from fedrl.topology.graphs import graph
@@ -45,9 +45,11 @@ def validate(cfg: Config) -> None:
     check_params(cfg.env.id, specs.keys())
     kwargs = parse_kwargs(cfg.env.kwargs)
     variants = [sample_variant(specs, i, cfg.nodes.count, cfg.seed) for i in range(cfg.nodes.count)]
-    for v in variants:
+    # eval.held-out: variants no node trains on, checked like the nodes' (listed after them)
+    heldout = [sample_heldout(specs, j, variants, cfg.seed) for j in range(cfg.eval.held_out)]
+    for v in variants + heldout:
         check_values(cfg.env.id, v)
-    check_environments(cfg, variants, kwargs)
+    check_environments(cfg, variants + heldout, kwargs)
 
 
 def config_warnings(cfg: Config) -> list[str]:
