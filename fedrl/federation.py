@@ -36,7 +36,7 @@ from fedrl.compression.pipeline import Stage, decompress, flatten, stage, unflat
 from fedrl.compression.ring_codes import required_ring_bits
 from fedrl.config import Config, to_flat
 from fedrl.envs.spec import parse_kwargs
-from fedrl.experiment import initial_weights, policy_spec, target_return, variants_of
+from fedrl.experiment import heldout_variants_of, initial_weights, policy_spec, target_return, variants_of
 from fedrl.privacy.accounting import Ledger
 from fedrl.privacy.audit import AuditResult
 from fedrl.privacy.plan import plan_for
@@ -46,6 +46,7 @@ from fedrl.rl.evaluate import evaluate
 from fedrl.rl.networks import ActorCritic, weight_names
 from fedrl.rl.normalize import Moments
 from fedrl.rl.train import LocalPlan, round_lr, uses_norm
+from fedrl.seeding import HELDOUT, derive
 from fedrl.selection import Selector
 from fedrl.topology.gossip import Mix, Relay, consensus_distance
 from fedrl.topology.hierarchy import assign_edges, cloud_average, cloud_model
@@ -83,6 +84,7 @@ class Federation:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.variants = variants_of(cfg)
+        self.heldout = heldout_variants_of(cfg, self.variants)  # eval.held-out: no node trains on these
         self.spec = policy_spec(cfg, self.variants[0])
         self.names = weight_names(ActorCritic(self.spec))
         self.kwargs: dict[str, object] = dict(parse_kwargs(cfg.env.kwargs))
@@ -407,6 +409,17 @@ class Federation:
             for i, v in enumerate(self.variants)
         ]
 
+    def evaluate_heldout(self) -> list[float]:
+        """Return per held-out variant (``eval.held-out``; [] when 0) of the model the run stands for and
+        exports, ``server_model()`` with the first slot's observation statistics: the global model
+        (star), the cloud model (hierarchical), node 0's model (local) or the nodes' average (gossip).
+        Episode seeds derive from ``(seed, HELDOUT)``, apart from the nodes' evaluation episodes."""
+        c = self.cfg
+        if not self.heldout:
+            return []
+        return evaluate(self.spec, self.server_model(), self.moments[0], c.env.id, self.heldout, self.kwargs,
+                        c.eval.episodes, derive(c.seed, HELDOUT))
+
     def evaluate_cross(self) -> list[list[float]]:
         """``local`` and gossip only: row i = node i's model on every variant."""
         c = self.cfg
@@ -425,6 +438,7 @@ class Federation:
         return {
             "run_config": to_flat(self.cfg),
             "nodes": [{"node": i, "params": v} for i, v in enumerate(self.variants)],
+            **({"heldout": [{"index": j, "params": v} for j, v in enumerate(self.heldout)]} if self.heldout else {}),
             "policy": {"obs_dim": self.spec.obs_dim, "action_kind": self.spec.action_kind,
                        "action_dim": self.spec.action_dim, "hidden": list(self.spec.hidden),
                        "weight_names": self.names},

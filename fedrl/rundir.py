@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrl import checkpoint
+from fedrl import checkpoint, heldout
 from fedrl.best import Best, improves, last_evals_min, table_line
 from fedrl.errors import ConfigError
 from fedrl.federation import Federation
@@ -62,6 +62,8 @@ def round_line(row: dict[str, Any], total: int) -> str:
     ev = ""
     if "eval_mean_return" in row:
         ev = f" | eval mean {row['eval_mean_return']:8.1f} min {row['eval_min_return']:8.1f}"
+    if "heldout_mean_return" in row:
+        ev += f" | held-out mean {row['heldout_mean_return']:8.1f} min {row['heldout_min_return']:8.1f}"
     tail = f" | {len(row['nodes_failed'])} left out" if row.get("nodes_failed") else ""
     if row.get("epsilon") is not None:
         tail += f" | ε {row['epsilon']:.2f}"
@@ -87,6 +89,7 @@ def end_round(fed: Federation, folder: RunFolder, started: float, round_started:
         row["consensus_distance"] = fed.consensus_distance()
     if evals:
         row |= {"eval_returns": evals, "eval_mean_return": sum(evals) / len(evals), "eval_min_return": min(evals)}
+        row |= heldout.row_fields(fed.evaluate_heldout())  # {} unless eval.held-out > 0
         keep_best(fed, folder, evals)
     folder.append_metrics(row)
     checkpoint.save(folder.path, snapshot(fed, started, folder.best))
@@ -154,6 +157,7 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         "noise_multiplier": fed.privacy.z if fed.privacy is not None else None,
     }
     summary |= dpsgd_field(rows)  # sample-level ε of the node that spent the most
+    summary |= heldout.summary_fields(fed.heldout, rows, fed.round, fed.evaluate_heldout)  # {} unless eval.held-out > 0
     audit = fed.audit_result()
     if audit is not None:
         summary["audit"] = audit.to_dict()
@@ -181,6 +185,9 @@ def print_table(summary: dict[str, Any]) -> None:
     for e in summary["eval"]:
         params = ", ".join(f"{k}={v:.4g}" for k, v in e["params"].items()) or "(default)"
         print(f"{e['node']:>4}  {params:<40} {e['mean_return']:9.1f}")
+    for h in summary.get("heldout", []):  # eval.held-out: variants no node trained on
+        params = ", ".join(f"{k}={v:.4g}" for k, v in h["params"].items())
+        print(f"{'h' + str(h['index']):>4}  {params:<40} {h['mean_return']:9.1f}")
     print(f"mean {summary['eval_mean_return']:.1f}  min {summary['eval_min_return']:.1f}  "
           f"env steps {summary['env_steps_total']:,}  wall {summary['wall_time_s']:.1f} s", flush=True)
     print(table_line(summary), flush=True)
