@@ -29,7 +29,7 @@ def _framework_actions(run: Path, obs: np.ndarray) -> np.ndarray:
     resolved = json.loads((run / "config.json").read_text())["policy"]
     spec = PolicySpec(resolved["obs_dim"], resolved["action_kind"], resolved["action_dim"], tuple(resolved["hidden"]))
     model = ActorCritic(spec)
-    with np.load(run / "model.npz") as z:
+    with np.load(run / "best_model.npz") as z:  # what fedrl export exports by default (--which best)
         set_weights(model, [z[f"policy/{n}"] for n in resolved["weight_names"]])
         m = Moments.from_array(z["obs_moments"]) if "obs_moments" in z.files else None
     x = normalize(obs, m) if m is not None else obs.astype(np.float32)
