@@ -153,10 +153,11 @@ def test_a_malformed_best_in_the_checkpoint_is_refused_naming_it(tmp_path: Path,
     assert (folder.path / METRICS).read_text() == rows  # refused before metrics are touched
 
 
-def test_local_keeps_the_best_round_of_every_nodes_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", [{"strategy.name": "local"}, {"topology.name": "gossip"}])
+def test_per_node_runs_keep_the_best_round_of_every_nodes_model(mode: dict[str, str], tmp_path: Path) -> None:
     # per node, evaluation i is node i's model on its own variant; the best round is the best worst node
     script = {1: [10.0, 90.0], 2: [40.0, 45.0], 3: [30.0, 100.0]}
-    fed = _fed(tmp_path, script, **{"strategy.name": "local", "num-server-rounds": 3})
+    fed = _fed(tmp_path, script, **mode, **{"num-server-rounds": 3})
     folder = resolve_run_folder(fed)
     _play(fed, folder, range(1, 4))
     summary = finish(fed, folder)
