@@ -74,6 +74,11 @@ def test_kill_and_resume_records_every_round_once(flower: LocalFlower, tmp_path:
     assert [r["round"] for r in _metrics(folder)] == [1, 2, 3, 4, 5]
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["rounds_completed"] == 5 and summary["env_steps_total"] == 5 * 4 * 256
+    # the best evaluation over both processes' rounds (worst variant, then mean, earliest on a tie) is kept
+    best = max(_metrics(folder), key=lambda r: (r["eval_min_return"], r["eval_mean_return"], -r["round"]))
+    assert (summary["best_round"], summary["best_eval_min_return"], summary["best_eval_mean_return"]) == (
+        best["round"], best["eval_min_return"], best["eval_mean_return"])
+    assert (folder / "best_model.npz").exists()
 
 
 FAULTY_CLIENT = '''
