@@ -53,6 +53,8 @@ def snapshot(fed: Federation, started: float, best: Best | None = None) -> Check
 def best_of(ck: Checkpoint, src: object = "checkpoint") -> Best | None:
     """The best evaluation recorded in ``ck`` (None: none yet, or a checkpoint from before fedrl kept one).
 
+    ``restore``'s ``check_fits`` has already refused a malformed one before anything was restored.
+
     Raises:
         RunFileError: naming ``src`` and ``best`` when it is malformed or after the checkpoint's round.
     """

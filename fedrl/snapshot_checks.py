@@ -5,7 +5,8 @@ silently. ``check_fits`` refuses, before anything is restored, a checkpoint whos
 fit the run: a round outside ``[0, num-server-rounds]``, a negative or non-integral counter, a
 model or broadcast array of another shape than the model's (transposed weights included), a
 non-finite value in any float array, observation statistics with a negative count or second
-moment, per-node records for nodes the federation does not have. Each is one ``RunFileError``
+moment, per-node records for nodes the federation does not have, a best evaluation
+(``fedrl.best``) that is malformed or after the checkpoint's round. Each is one ``RunFileError``
 naming the file and the field. Whether the experiment is the same (the config) is
 ``fedrl.snapshot.restore``'s check, which runs first.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fedrl.best import Best
 from fedrl.checkpoint import Checkpoint
 from fedrl.errors import RunFileError
 from fedrl.federation import Federation
@@ -84,6 +86,7 @@ def _meta(fed: Federation, ck: Checkpoint, src: object) -> None:
     clip = meta.get("clip_norm", 1.0)
     if not (isinstance(clip, (int, float)) and math.isfinite(clip) and clip > 0):
         raise RunFileError(src, "clip_norm", f"is {clip!r}; a finite number > 0")
+    Best.from_meta(meta.get("best"), src, int(meta["round"]))  # raises naming best (None: none yet)
 
 
 def check_fits(fed: Federation, ck: Checkpoint, src: object) -> None:

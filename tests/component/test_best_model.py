@@ -147,10 +147,12 @@ def test_a_malformed_best_in_the_checkpoint_is_refused_naming_it(tmp_path: Path,
     assert ck is not None
     checkpoint.save(folder.path, checkpoint.Checkpoint({**ck.meta, "best": best}, ck.arrays))
     rows = (folder.path / METRICS).read_text()
+    again = _fed(tmp_path, resume="true")
     with pytest.raises(ValueError) as err:
-        resolve_run_folder(_fed(tmp_path, resume="true"))
+        resolve_run_folder(again)
     assert str(err.value).startswith(f"{folder.path / checkpoint.FILE}: best: is ") and why in str(err.value)
     assert (folder.path / METRICS).read_text() == rows  # refused before metrics are touched
+    assert again.round == 0  # and before anything is restored (snapshot_checks.check_fits)
 
 
 @pytest.mark.parametrize("mode", [{"strategy.name": "local"}, {"topology.name": "gossip"}])
