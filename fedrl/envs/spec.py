@@ -241,8 +241,9 @@ def sample_heldout(
     every process and call order.
 
     Raises:
-        ConfigError: naming ``key`` when no variant can be held out: no parameter varies, or every
-            varying parameter is a choice and every combination of their values is a node's.
+        ConfigError: naming ``key`` when no variant can be held out: no parameter varies, every
+            varying parameter is a choice and every combination of their values is a node's, or a
+            continuous interval is so narrow (a few floats) that its draws keep hitting nodes' values.
     """
     if seed < 0 or index < 0:
         raise ValueError(f"seed and index must be >= 0, got seed={seed}, index={index}")
@@ -259,7 +260,7 @@ def sample_heldout(
                                "or set it to 0")
     for attempt in range(_MAX_ATTEMPTS):
         variant = {
-            name: _heldout_one(name, spec, used.get(name, set()), seed, index, attempt) if varies(spec)
+            name: _heldout_one(name, spec, used.get(name, set()), seed, index, attempt, key) if varies(spec)
             else float(spec.args[0])
             for name, spec in specs.items()
         }
@@ -268,7 +269,14 @@ def sample_heldout(
     raise RuntimeError(f"no held-out variant found in {_MAX_ATTEMPTS} attempts")  # see _MAX_ATTEMPTS
 
 
-def _heldout_one(name: str, spec: ParamSpec, used: set[float], seed: int, index: int, attempt: int) -> float:
+# A continuous draw equal to a node's value is drawn again; an interval so narrow that this many
+# draws in a row all hit nodes' values holds (almost) no float that is not one:
+# linspace(0.5, 0.5000000000000001) has two, both nodes'.
+_MAX_DRAWS = 10_000
+
+
+def _heldout_one(name: str, spec: ParamSpec, used: set[float], seed: int, index: int, attempt: int,
+                 key: str) -> float:
     rng = np.random.default_rng([seed, HELDOUT, index, attempt, zlib.crc32(name.encode("utf-8"))])
     if spec.kind == "choice":
         values = sorted(set(spec.args))
@@ -276,13 +284,15 @@ def _heldout_one(name: str, spec: ParamSpec, used: set[float], seed: int, index:
         pool = unused or values
         return float(pool[int(rng.integers(len(pool)))])
     a, b = min(spec.args), max(spec.args)
-    while True:  # a repeat has probability zero per draw: this ends at once in practice
+    for _ in range(_MAX_DRAWS):  # a repeat has probability ~0 per draw unless the interval is a few floats wide
         if spec.kind == "loguniform":
             value = min(max(math.exp(rng.uniform(math.log(a), math.log(b))), a), b)
         else:  # uniform, and linspace's interval
             value = float(rng.uniform(a, b))
         if value not in used:
             return float(value)
+    raise ConfigError(key, f"env.vary's {name}={spec.to_str()} is too narrow to draw a value no node has, "
+                           "so no variant can be held out; widen it or set it to 0")
 
 
 def parse_kwargs(text: str, key: str = "env.kwargs") -> dict[str, bool | int | float | str]:

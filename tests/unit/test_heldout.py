@@ -118,6 +118,16 @@ def test_choice_of_one_used_value_beside_a_continuous_parameter_is_held_out_by_t
     assert v["a"] in (1.0, 2.0) and v["length"] not in {t["length"] for t in training}
 
 
+@pytest.mark.parametrize("vary", ["length=linspace(0.5, 0.5000000000000001)", "length=uniform(0.5, 0.5000000000000001)",
+                                  "length=loguniform(0.5, 0.5000000000000001)"])
+def test_an_interval_of_only_nodes_floats_is_refused_not_drawn_forever(vary: str) -> None:
+    # two floats wide, and 2 (linspace) or 50 (random) nodes take both: every draw repeats a node's value
+    training = _training(vary, 2 if "linspace" in vary else 50, 0)
+    assert {t["length"] for t in training} == {0.5, 0.5000000000000001}
+    with pytest.raises(ConfigError, match=r"^eval\.held-out: env\.vary's length=.* is too narrow to draw a value no node"):
+        sample_heldout(parse_vary(vary), 0, training, 0)
+
+
 @pytest.mark.parametrize("vary", ["", "length=0.5", "length=0.5; masscart=linspace(1, 1)", "masspole=choice(0.1, 0.1)"])
 def test_nothing_varies_so_nothing_can_be_held_out(vary: str) -> None:
     with pytest.raises(ConfigError, match=r"^eval\.held-out: env\.vary has no parameter that varies"):
