@@ -266,7 +266,7 @@ class Federation:
                 below = [r.metrics.get("clip_below") for r in replies]
                 mean = unflatten(self._private_mean([flatten(d) for d in deltas], rnd, below), g)
             if mean is not None:
-                self._server_step(mean)
+                self._server_step(mean, rnd)
             self._merge_moments(0, replies)
 
     def _hierarchical(self, replies: list[Reply], deltas: list[list[np.ndarray]], rnd: int) -> None:
@@ -288,7 +288,7 @@ class Federation:
                                 t.edge_rule, len(mine), err)
                     continue
             # the same step as the star's (strategy.server-lr; the optimizer is stateless)
-            self.models[e] = unflatten(self.server_opt.step(flatten(self.models[e]), mean, self._server_lr()),
+            self.models[e] = unflatten(self.server_opt.step(flatten(self.models[e]), mean, self._server_lr(rnd)),
                                        self.models[e])
         if rnd % t.cloud_every == 0:
             cloud = self.server_model()
@@ -339,15 +339,18 @@ class Federation:
         if math.isfinite(ratio_sum):
             self.env_steps += round(ratio_sum * self.cfg.algo.local_steps)
 
-    def _server_step(self, mean: list[np.ndarray]) -> None:
-        """Move the global model with the round's mean update (``strategy.name``'s server optimizer)."""
+    def _server_step(self, mean: list[np.ndarray], rnd: int | None = None) -> None:
+        """Move the global model with round ``rnd``'s (default: the next) mean update
+        (``strategy.name``'s server optimizer)."""
         g = self.models[0]
-        self.models[0] = unflatten(self.server_opt.step(flatten(g), flatten(mean), self._server_lr()), g)
+        self.models[0] = unflatten(self.server_opt.step(flatten(g), flatten(mean), self._server_lr(rnd)), g)
 
-    def _server_lr(self) -> float:
-        """This round's server learning rate (``strategy.server-lr``, annealed to ``server-lr-end``)."""
+    def _server_lr(self, rnd: int | None = None) -> float:
+        """Round ``rnd``'s (default: the next) server learning rate (``strategy.server-lr``, annealed
+        to ``server-lr-end``)."""
         s = self.cfg.strategy
-        return annealed_lr(s.server_lr, s.server_lr_end, self.round + 1, self.cfg.num_server_rounds)
+        r = self.round + 1 if rnd is None else rnd
+        return annealed_lr(s.server_lr, s.server_lr_end, r, self.cfg.num_server_rounds)
 
     # --- asynchronous rules (fedbuff, fedasync; fedrl.aggregation.asynchronous) ------------
     def receive_async(self, reply: Reply, version: int, base: list[np.ndarray]) -> list[tuple[int, int]]:

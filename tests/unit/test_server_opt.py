@@ -89,3 +89,14 @@ def test_the_federation_anneals_its_server_step() -> None:
         steps.append(float(fed.models[0][0].flat[0] - g[0].flat[0]))
         fed.round = rnd
     assert steps == pytest.approx([0.5, 0.375, 0.25], abs=1e-6)
+
+
+def test_the_annealed_step_follows_the_round_aggregate_is_given() -> None:
+    # aggregate(replies, rnd) applies round rnd's replies: its server learning rate is round rnd's,
+    # whatever fed.round says (here still 0)
+    fed = Federation(from_run_config({"nodes.count": 2, "num-server-rounds": 3, "algo.local-steps": 256,
+                                      "strategy.server-lr": 2.0, "strategy.server-lr-end": 1.0}))
+    fed.begin_round(3)
+    g = [w.copy() for w in fed.models[0]]
+    fed.aggregate([Reply(0, [w + np.float32(0.25) for w in g], 256, None, {})], 3)
+    assert float(fed.models[0][0].flat[0] - g[0].flat[0]) == pytest.approx(0.25, abs=1e-6)
