@@ -18,8 +18,11 @@ thing in every mode.
 
 The best so far (round and returns) is kept in the checkpoint (``to_meta``/``from_meta``), so a
 resumed run does not let a worse evaluation overwrite ``best_model.npz``. If a run is killed after
-``best_model.npz`` is written and before that round's checkpoint, the resumed run redoes the round
-and may write it again; the file and the checkpoint agree again after that round.
+``best_model.npz`` is written and before that round's checkpoint, the resumed run redoes the round;
+when the redone evaluation beats the checkpointed best again (as it does when the round is redone
+identically) the file is rewritten and agrees with the checkpoint. When it does not (a redo that
+trained differently), ``best_model.npz`` keeps the killed process's model of that round while
+``best_round`` names the checkpointed best, until a later evaluation beats that.
 """
 
 from __future__ import annotations
