@@ -270,11 +270,24 @@ def _continuous(cfg: Config) -> bool:
         env.close()
 
 
+def schedule_error(cfg: Config) -> ConfigError | None:
+    """``strategy.server-lr-end`` anneals the server's step: refused where there is none to anneal."""
+    s = cfg.strategy
+    if s.server_lr_end < 0:
+        return None
+    none = ("strategy.name = local" if s.name == "local" else "strategy.name = fedasync (it mixes, no server step)"
+            if s.name == "fedasync" else "topology.name = gossip (nodes step themselves)"
+            if cfg.topology.name == "gossip" else None)
+    if none is None:
+        return None
+    return ConfigError("strategy.server-lr-end", f"anneals the server's step, but {none} has none; leave it at -1")
+
+
 def check(run_config: Mapping[str, Any]) -> Config:
     cfg = from_run_config(run_config)
     validate(cfg)
     err = (pipeline_error(cfg) or robust_error(cfg) or topology_error(cfg) or async_error(cfg)
-           or selection_error(cfg))
+           or selection_error(cfg) or schedule_error(cfg))
     if err is not None:
         raise err
     p = cfg.privacy

@@ -89,17 +89,22 @@ def _join(*parts: str) -> str:
     return " ".join(f"{k}={v}" for k, v in merged.items())
 
 
+def fedrl_command(kind: str, rc: str) -> list[str]:
+    """``fedrl run`` in the Simulation Engine (8 SuperNodes, one CPU per ClientApp) for ``federated``,
+    else ``fedrl central``, with run-config ``rc``."""
+    if kind == "federated":
+        return [str(BIN / "fedrl"), "run", str(REPO), "--run-config", rc,
+                "--federation-config", "num-supernodes=8 client-resources-num-cpus=1"]
+    return [str(BIN / "fedrl"), "central", str(REPO), "--run-config", rc]
+
+
 def run_one(kind: str, suite: str, rep: int, out: Path, flower: Flower) -> dict:
     spec = SUITES[suite]
     name = f"{suite}-{kind}-{rep}"
     shutil.rmtree(out / name, ignore_errors=True)
     extra = {"local": "strategy.name='local'", "central-default": spec.get("default-alone", "")}.get(kind, "")
     rc = _join(spec["common"], f"seed={rep} output-dir='{out}' run-name='{name}'", extra)
-    if kind in ("federated", "local"):
-        cmd = [str(BIN / "fedrl"), "run", str(REPO), "--run-config", rc,
-               "--federation-config", "num-supernodes=8 client-resources-num-cpus=1"]
-    else:
-        cmd = [str(BIN / "fedrl"), "central", str(REPO), "--run-config", rc]
+    cmd = fedrl_command("federated" if kind in ("federated", "local") else "central", rc)
     t0 = time.time()
     res = subprocess.run(cmd, env=flower.env, capture_output=True, text=True, cwd=REPO, check=False)
     elapsed = time.time() - t0

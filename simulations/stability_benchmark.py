@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import BIN, REPO, Flower, _join
+from benchmark import REPO, Flower, _join, fedrl_command
 
 CARTPOLE_TARGET = 475.0
 # Wide heterogeneity: pole (half-)lengths over a factor of ten, cart masses over a factor of three,
@@ -59,13 +59,8 @@ def run_one(flower: Flower, out: Path, name: str, kind: str, rc: str) -> dict:
     """One run through ``fedrl run`` (Simulation Engine, 8 SuperNodes) or ``fedrl central``; its record."""
     shutil.rmtree(out / name, ignore_errors=True)
     rc = _join(rc, f"output-dir='{out}' run-name='{name}'")
-    if kind == "federated":
-        cmd = [str(BIN / "fedrl"), "run", str(REPO), "--run-config", rc,
-               "--federation-config", "num-supernodes=8 client-resources-num-cpus=1"]
-    else:
-        cmd = [str(BIN / "fedrl"), "central", str(REPO), "--run-config", rc]
     t0 = time.time()
-    res = subprocess.run(cmd, env=flower.env, capture_output=True, text=True, cwd=REPO, check=False)
+    res = subprocess.run(fedrl_command(kind, rc), env=flower.env, capture_output=True, text=True, cwd=REPO, check=False)
     folder = out / name
     if res.returncode != 0 or not (folder / "summary.json").exists():
         raise RuntimeError(f"{name} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")

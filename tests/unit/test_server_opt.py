@@ -7,7 +7,9 @@ import pytest
 
 from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings, annealed_lr
 from fedrl.config import from_run_config
+from fedrl.errors import ConfigError
 from fedrl.federation import Federation, Reply
+from fedrl.validate import check
 
 
 def _run(settings: ServerOptSettings, updates: list[list[float]]) -> tuple[np.ndarray, ServerOptimizer]:
@@ -100,3 +102,14 @@ def test_the_annealed_step_follows_the_round_aggregate_is_given() -> None:
     g = [w.copy() for w in fed.models[0]]
     fed.aggregate([Reply(0, [w + np.float32(0.25) for w in g], 256, None, {})], 3)
     assert float(fed.models[0][0].flat[0] - g[0].flat[0]) == pytest.approx(0.25, abs=1e-6)
+
+
+@pytest.mark.parametrize("over, why", [
+    ({"strategy.name": "local"}, "strategy.name = local"),
+    ({"strategy.name": "fedasync"}, "strategy.name = fedasync (it mixes, no server step)"),
+    ({"topology.name": "gossip"}, "topology.name = gossip (nodes step themselves)"),
+])
+def test_server_lr_end_is_refused_where_there_is_no_server_step(over: dict[str, object], why: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check({"nodes.count": 4, "strategy.server-lr-end": 1.0, **over})
+    assert str(info.value) == f"strategy.server-lr-end: anneals the server's step, but {why} has none; leave it at -1"
