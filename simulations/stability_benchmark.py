@@ -87,22 +87,17 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, str, int, str]]:
     """(name, suite, kind, seed, run-config) of every run, seed-major (interleaved)."""
     kinds = args.kinds.split(",")
     runs = []
+    suites = {"cartpole": CARTPOLE, "pendulum": PENDULUM}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        if "cartpole" in args.only:
-            for setup, vary in CARTPOLE.items():
+        for suite in (name for name in suites if name in args.only):
+            for setup, rc in suites[suite].items():
                 for kind in kinds:
                     extra = args.set if kind == "federated" else ""
-                    runs.append((f"cartpole-{setup}-{kind}-{seed}", f"cartpole/{setup}", kind, seed,
-                                 _join(f"seed={seed}", vary, extra)))
-            if "central" in kinds:
+                    runs.append((f"{suite}-{setup}-{kind}-{seed}", f"{suite}/{setup}", kind, seed,
+                                 _join(f"seed={seed}", rc, extra)))
+            if suite == "cartpole" and "central" in kinds:  # the yardstick: default CartPole alone
                 runs.append((f"cartpole-default-central-{seed}", "cartpole/default", "central", seed,
                              f"seed={seed} env.vary=''"))
-        if "pendulum" in args.only:
-            for setup, rc in PENDULUM.items():
-                for kind in kinds:
-                    extra = args.set if kind == "federated" else ""
-                    runs.append((f"pendulum-{setup}-{kind}-{seed}", f"pendulum/{setup}", kind, seed,
-                                 _join(f"seed={seed}", rc, extra)))
     return runs
 
 
