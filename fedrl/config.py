@@ -58,7 +58,9 @@ class AlgoConfig:
     target_kl: float = opt("algo.target-kl", 0.0, "stop epochs past this KL (0: off)", ck.non_negative)
     hidden: str = opt("algo.hidden", "64,64", "hidden layer sizes", ck.hidden)
     norm_obs: Literal["auto", "on", "off"] = opt(
-        "algo.norm-obs", "auto", "running observation normalization (auto: on for continuous actions)")
+        "algo.norm-obs", "auto",
+        "running observation normalization with federated statistics (auto: on, except with secagg, privacy, "
+        "hierarchical or gossip, which cannot carry the statistics yet: there on for continuous actions only)")
     norm_reward: Literal["auto", "on", "off"] = opt(
         "algo.norm-reward", "auto", "reward scaling by return std (auto: on for continuous actions)")
 
@@ -76,6 +78,11 @@ class AlgoConfig:
         return self.local_steps // self.batch_steps
 
 
+# The default end of the server step's schedule (issue 13): 2 -> 0.5 kept the final model solved in
+# the stability benchmark (docs/stability.md), where a constant 2 let solved policies collapse late.
+SERVER_LR_END = 0.5
+
+
 @dataclass(frozen=True)
 class StrategyConfig:
     name: Literal["fedavg", "fedprox", "fedavgm", "fedadagrad", "fedadam", "fedyogi", "median", "trimmed-mean",
@@ -88,9 +95,10 @@ class StrategyConfig:
                            "server step on the mean delta (1: plain FedAvg; adaptive optimizers want about 0.01; gossip: each "
                            "node's step on its own update before mixing)",
                            ck.positive)
-    server_lr_end: float = opt("strategy.server-lr-end", -1.0,
-                               "server-lr in the last round, annealed linearly from strategy.server-lr in round 1 "
-                               "(-1: constant; server optimizers of the star, hierarchical and asynchronous rules)",
+    server_lr_end: float = opt("strategy.server-lr-end", SERVER_LR_END,
+                               "server-lr in the last round, annealed linearly from strategy.server-lr in round 1; "
+                               "never raises the step (the end is min(this, server-lr)); -1: constant. Used by the "
+                               "server step of the star, hierarchical and fedbuff rules",
                                ck.off_or_non_negative)
     proximal_mu: float = opt("strategy.proximal-mu", 0.01, "FedProx mu (used by fedprox)", ck.non_negative)
     momentum: float = opt("strategy.momentum", 0.9, "fedavgm: server momentum", ck.unit_closed)
@@ -222,7 +230,8 @@ class SecAggConfig:
 
 
 def norm_on(setting: str, continuous: bool) -> bool:
-    """Whether an ``algo.norm-obs``/``algo.norm-reward`` setting is on (``auto``: for continuous actions)."""
+    """Whether an ``algo.norm-obs``/``algo.norm-reward`` setting is on (``auto``: for continuous actions;
+    ``from_run_config`` has already turned ``algo.norm-obs = auto`` into ``on`` where it can be)."""
     return setting == "on" or (setting == "auto" and continuous)
 
 
@@ -404,7 +413,20 @@ def from_run_config(run_config: Mapping[str, Any]) -> Config:
     hints = get_type_hints(Config)
     for sec in _SECTIONS:
         top[sec] = hints[sec](**sections[sec])
-    return Config(**top)
+    return _resolve_norm_obs(Config(**top))
+
+
+def _resolve_norm_obs(cfg: Config) -> Config:
+    """``algo.norm-obs = auto`` becomes ``on`` where observation statistics can travel (issue 13:
+    normalization with federated statistics, with the annealed server step, kept heterogeneous
+    CartPole solved; docs/stability.md). With secure aggregation, privacy, hierarchical or gossip
+    aggregation they cannot yet, and ``auto`` keeps its older meaning there (on for continuous
+    actions, which those features then refuse with a message to set it off). The resolved value is
+    what ``config.json`` records, so an exported model reads it back exactly."""
+    p, t = cfg.privacy, cfg.topology.name
+    if cfg.algo.norm_obs != "auto" or cfg.secagg.enabled or p.mode != "off" or p.dpsgd or t != "star":
+        return cfg
+    return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, norm_obs="on"))
 
 
 def to_flat(cfg: Config) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from fedrl.aggregation.asynchronous import ASYNC_RULES
 from fedrl.aggregation.robust import ROBUST_RULES
 from fedrl.attacks import attackers
 from fedrl.compression.ring_codes import required_ring_bits
-from fedrl.config import Config, from_run_config, norm_on
+from fedrl.config import SERVER_LR_END, Config, from_run_config, norm_on
 from fedrl.dropout import SECAGG_STAGES
 from fedrl.env_checks import check_environments
 from fedrl.envs.families import check_env_id, check_params, check_values
@@ -271,9 +271,10 @@ def _continuous(cfg: Config) -> bool:
 
 
 def schedule_error(cfg: Config) -> ConfigError | None:
-    """``strategy.server-lr-end`` anneals the server's step: refused where there is none to anneal."""
+    """``strategy.server-lr-end`` anneals the server's step: a value other than the default (or -1)
+    is refused where there is no server step to anneal (the default is simply unused there)."""
     s = cfg.strategy
-    if s.server_lr_end < 0:
+    if s.server_lr_end < 0 or s.server_lr_end == SERVER_LR_END:
         return None
     none = ("strategy.name = local" if s.name == "local" else "strategy.name = fedasync (it mixes, no server step)"
             if s.name == "fedasync" else "topology.name = gossip (nodes step themselves)"

@@ -28,7 +28,9 @@ OPTIMIZERS = ("fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi")
 
 def annealed_lr(start: float, end: float, rnd: int, total_rounds: int) -> float:
     """The server learning rate of round ``rnd`` (1-based) of ``total_rounds``: ``start`` in round 1,
-    then linearly to ``end`` in the last round (``end = -1``: ``start`` throughout).
+    then linearly to ``min(end, start)`` in the last round (``end = -1``: ``start`` throughout). The
+    schedule never raises the step: an adaptive optimizer's small ``start`` (about 0.01) stays as it is
+    under the default ``end`` of 0.5.
 
     Why: PPO bounds each node's policy change per round (the clipped ratio), and the mean of those
     changes stays near that trust region; a server step above 1 extrapolates beyond it. Early on
@@ -36,6 +38,7 @@ def annealed_lr(start: float, end: float, rnd: int, total_rounds: int) -> float:
     """
     if end < 0 or total_rounds <= 1:
         return start
+    end = min(end, start)
     frac = min(max((rnd - 1) / (total_rounds - 1), 0.0), 1.0)
     return start + (end - start) * frac
 

@@ -11,7 +11,9 @@ from fedrl.errors import ConfigError
 from fedrl.federation import Federation, Reply
 from fedrl.validate import check
 
-SMALL = {"nodes.count": 4, "algo.local-steps": 256, "eval.episodes": 1}
+# Pinned: these tests check exact aggregation formulas on replies without observation statistics
+# (the defaults turn normalization on and anneal the server step, issue 13).
+SMALL = {"nodes.count": 4, "algo.local-steps": 256, "eval.episodes": 1, "algo.norm-obs": "off", "strategy.server-lr-end": -1}
 
 
 def _reply(fed: Federation, node: int, base: list[np.ndarray], rng: np.random.Generator) -> Reply:

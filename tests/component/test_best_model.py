@@ -27,7 +27,9 @@ from fedrl.results import BEST_MODEL, METRICS, MODEL, RunFolder
 from fedrl.rundir import end_round, finish, resolve_run_folder
 from fedrl.snapshot import best_of
 
-SMALL = {"nodes.count": 2, "algo.local-steps": 256, "eval.episodes": 1, "num-server-rounds": 6, "run-name": "r"}
+# Pinned: these tests check exact aggregation formulas on replies without observation statistics
+# (the defaults turn normalization on and anneal the server step, issue 13).
+SMALL = {"nodes.count": 2, "algo.local-steps": 256, "eval.episodes": 1, "num-server-rounds": 6, "run-name": "r", "algo.norm-obs": "off", "strategy.server-lr-end": -1}
 # per round: the two variants' returns. 3 ties 2 on the worst variant and wins on the mean; 4 equals
 # 3 (not strictly better: the earlier round stays); 5 has the best mean but a worse worst variant.
 SCRIPT = {1: [10.0, 30.0], 2: [50.0, 50.0], 3: [50.0, 60.0], 4: [60.0, 50.0], 5: [40.0, 500.0], 6: [20.0, 20.0]}
@@ -85,7 +87,7 @@ def test_the_best_evaluation_is_kept_in_best_model_npz_and_summary(tmp_path: Pat
     assert _round_of(folder.path / MODEL) == 6.0
     with np.load(folder.path / BEST_MODEL) as best, np.load(folder.path / MODEL) as final:
         assert best.files == final.files  # the same format
-        assert all(best[k].dtype == final[k].dtype == np.float32 for k in best.files)
+        assert all(best[k].dtype == final[k].dtype == np.float32 for k in best.files if k.startswith("policy/"))
     assert capsys.readouterr().out.splitlines()[-1] == ("best model: round 3, min 50.0 / mean 55.0 (final: min 20.0); "
                                                         "fedrl export uses best by default")
 

@@ -162,8 +162,9 @@ def _run_folder(root: Path, env: str = "cartpole") -> Path:
     folder = RunFolder(root / env)
     folder.write_config(fed.resolved_config())
     extra = {}
-    if fed.moments[0] is not None:  # normalization on (Pendulum): statistics of 10 observations
-        extra["obs_moments"] = Moments(10.0, np.array([0.1, -0.2, 0.3]), np.array([1.0, 2.0, 3.0])).to_array()
+    if fed.moments[0] is not None:  # normalization on (the default): statistics of 10 observations
+        n = fed.spec.obs_dim
+        extra["obs_moments"] = Moments(10.0, np.linspace(0.1, 0.3, n), np.linspace(1.0, 3.0, n)).to_array()
     folder.save_model(fed.names, fed.server_model(), extra)
     folder.save_model(fed.names, fed.server_model(), extra, file=BEST_MODEL)
     return folder.path
@@ -270,7 +271,7 @@ def test_the_untampered_folder_exports(tmp_path: Path, capsys: pytest.CaptureFix
         run = _run_folder(tmp_path, env)
         assert main(["export", str(run)]) == 0, capsys.readouterr().err
         assert sorted(p.name for p in (run / "export").iterdir()) == ["policy.json", "policy.pt", "run_policy.py"]
-        assert json.loads((run / "export" / "policy.json").read_text())["normalized_observations"] == (env != "cartpole")
+        assert json.loads((run / "export" / "policy.json").read_text())["normalized_observations"] is True  # norm-obs auto: on for both
 
 
 @pytest.mark.parametrize("which", ["final", "best"])

@@ -13,7 +13,9 @@ from fedrl.federation import Federation, Reply
 from fedrl.rl.normalize import Moments
 from fedrl.snapshot import restore, snapshot
 
-SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1}
+# Pinned: these tests check exact aggregation formulas on replies without observation statistics
+# (the defaults turn normalization on and anneal the server step, issue 13).
+SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1, "algo.norm-obs": "off", "strategy.server-lr-end": -1}
 
 
 def _fed(**over: object) -> Federation:

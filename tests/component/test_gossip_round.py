@@ -18,7 +18,9 @@ from fedrl.topology import gossip
 from fedrl.topology.gossip import Mix
 from fedrl.validate import check
 
-SMALL = {"nodes.count": 4, "algo.local-steps": 256, "algo.num-envs": 4, "eval.episodes": 1}
+# Pinned: these tests check exact aggregation formulas on replies without observation statistics
+# (the defaults turn normalization on and anneal the server step, issue 13).
+SMALL = {"nodes.count": 4, "algo.local-steps": 256, "algo.num-envs": 4, "eval.episodes": 1, "algo.norm-obs": "off", "strategy.server-lr-end": -1}
 GOSSIP = {"topology.name": "gossip"}
 
 

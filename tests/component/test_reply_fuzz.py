@@ -40,7 +40,9 @@ from fedrl.flower.hostile import npy_bytes as _npy
 from fedrl.flower.transport import check_reply, decode_reply_safely
 from fedrl.secagg import Masked
 
-SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1}
+# Pinned: these tests check exact aggregation formulas on replies without observation statistics
+# (the defaults turn normalization on and anneal the server step, issue 13).
+SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1, "algo.norm-obs": "off", "strategy.server-lr-end": -1}
 ALLOWANCE = 256 * 1024  # bytes: Python objects, Flower records, reason strings
 SID = bytes(range(16))
 SPECIAL = [np.nan, np.inf, -np.inf, 3.4e38, -3.4e38, 1e-45, 0.0]

@@ -56,8 +56,10 @@ def test_every_key_has_help() -> None:
 
 def test_empty_run_config_gives_defaults() -> None:
     cfg = from_run_config({})
-    assert cfg == Config()
-    assert to_flat(cfg) == DEFAULTS
+    # algo.norm-obs = auto resolves to on where observation statistics can travel (issue 13)
+    assert cfg == dataclasses.replace(Config(), algo=dataclasses.replace(Config().algo, norm_obs="on"))
+    assert to_flat(cfg) == {**DEFAULTS, "algo.norm-obs": "on"}
+    assert from_run_config(to_flat(cfg)) == cfg
     assert cfg.algo.lr == 2.5e-3 and cfg.env.id == "CartPole-v1" and cfg.strategy.name == "fedavg"
     assert cfg.algo.batch_steps == 8 * 32
     assert cfg.algo.iterations_per_round == 1024 // 256
@@ -83,7 +85,7 @@ def test_round_trip_to_flat() -> None:
     flat = to_flat(cfg)
     assert {k: flat[k] for k in given} == given
     assert from_run_config(flat) == cfg
-    assert to_flat(from_run_config(DEFAULTS)) == DEFAULTS
+    assert to_flat(from_run_config(DEFAULTS)) == {**DEFAULTS, "algo.norm-obs": "on"}  # auto resolved
 
 
 def test_flower_style_coercions() -> None:
@@ -277,3 +279,18 @@ def test_a_run_name_cannot_leave_the_output_dir(name: str) -> None:
 
 def test_a_plain_run_name_is_kept() -> None:
     assert from_run_config({"run-name": "cartpole-wide.2"}).run_name == "cartpole-wide.2"
+
+
+@pytest.mark.parametrize("over, resolved", [
+    ({}, "on"),
+    ({"strategy.name": "median"}, "on"),
+    ({"algo.norm-obs": "off"}, "off"),
+    ({"algo.norm-obs": "on", "secagg.enabled": True}, "on"),  # explicit: kept, for validate to judge
+    ({"secagg.enabled": True}, "auto"),
+    ({"privacy.mode": "central"}, "auto"),
+    ({"privacy.dpsgd": True}, "auto"),
+    ({"topology.name": "gossip"}, "auto"),
+    ({"topology.name": "hierarchical"}, "auto"),
+])
+def test_norm_obs_auto_is_on_where_statistics_can_travel(over: dict[str, object], resolved: str) -> None:
+    assert from_run_config(over).algo.norm_obs == resolved

@@ -233,7 +233,8 @@ def test_train_locally_result(cartpole: tuple[PolicySpec, list[np.ndarray]], rou
     assert [a.shape for a in round1.weights] == [a.shape for a in w0]
     assert all(a.dtype == np.float32 and np.all(np.isfinite(a)) for a in round1.weights)
     assert any(not np.array_equal(a, b) for a, b in zip(w0, round1.weights, strict=True))
-    assert round1.obs_moments is None  # CartPole: discrete, norm-obs auto -> off
+    # norm-obs auto resolves to on (issue 13): the round's observation statistics come back
+    assert round1.obs_moments is not None and round1.obs_moments.count == 256
     assert np.isfinite(round1.metrics["train_return"]) and round1.metrics["train_episodes"] >= 1
     # lr annealed: last iteration i=1 of round 1 of 5 (2 iterations each): 2.5e-3 * (1 - 1/10)
     assert round1.metrics["lr"] == pytest.approx(2.5e-3 * 0.9)
