@@ -72,6 +72,18 @@ def test_annealed_lr_runs_linearly_from_start_to_end() -> None:
     assert annealed_lr(2.0, 0.0, 9, 5) == 0.0  # past the last round: the end
 
 
+def test_the_schedule_never_raises_the_step() -> None:
+    # the default end (0.5) leaves an adaptive optimizer's small rate as it is
+    assert [annealed_lr(0.01, 0.5, r, 5) for r in range(1, 6)] == [0.01] * 5
+    assert [annealed_lr(0.5, 0.5, r, 3) for r in range(1, 4)] == [0.5] * 3
+
+
+def test_the_default_anneals_the_server_step_from_2_to_half() -> None:
+    cfg = from_run_config({"num-server-rounds": 4})
+    assert (cfg.strategy.server_lr, cfg.strategy.server_lr_end) == (2.0, 0.5)
+    assert [annealed_lr(2.0, 0.5, r, 4) for r in range(1, 5)] == [2.0, 1.5, 1.0, 0.5]
+
+
 def test_a_step_with_an_lr_overrides_the_settings_once() -> None:
     opt = ServerOptimizer(ServerOptSettings("fedavg", lr=2.0), 2)
     x, d = np.zeros(2, np.float32), np.array([1.0, -2.0], np.float32)
@@ -113,3 +125,10 @@ def test_server_lr_end_is_refused_where_there_is_no_server_step(over: dict[str, 
     with pytest.raises(ConfigError) as info:
         check({"nodes.count": 4, "strategy.server-lr-end": 1.0, **over})
     assert str(info.value) == f"strategy.server-lr-end: anneals the server's step, but {why} has none; leave it at -1"
+
+
+@pytest.mark.parametrize("over", [{"strategy.name": "local"}, {"strategy.name": "fedasync"},
+                                  {"topology.name": "gossip", "algo.norm-obs": "off"}])
+def test_the_default_server_lr_end_is_unused_where_there_is_no_server_step(over: dict[str, object]) -> None:
+    assert check({"nodes.count": 4, **over}).strategy.server_lr_end == 0.5
+    assert check({"nodes.count": 4, "strategy.server-lr-end": -1, **over}).strategy.server_lr_end == -1
