@@ -10,6 +10,7 @@ field: rows, summary.json and config.json are exactly what they were without the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -19,8 +20,12 @@ def row_fields(returns: list[float]) -> dict[str, Any]:
     ``heldout_returns``, ``heldout_mean_return``, ``heldout_min_return``; ``{}`` for no returns."""
     if not returns:
         return {}
-    return {"heldout_returns": list(returns), "heldout_mean_return": sum(returns) / len(returns),
-            "heldout_min_return": min(returns)}
+    # A return read back from metrics.jsonl may be null (a non-finite one is written so): it makes
+    # the mean and the minimum NaN (written as null again) instead of failing the summary.
+    vals = [float(r) if isinstance(r, (int, float)) and not isinstance(r, bool) else math.nan for r in returns]
+    worst = math.nan if any(math.isnan(v) for v in vals) else min(vals)
+    return {"heldout_returns": list(returns), "heldout_mean_return": math.fsum(vals) / len(vals),
+            "heldout_min_return": worst}
 
 
 def summary_fields(variants: list[dict[str, float]], rows: list[dict[str, Any]], last_round: int,

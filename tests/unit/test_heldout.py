@@ -179,3 +179,17 @@ def test_summary_fields_evaluate_the_final_model_when_no_row_fits(rows: list[dic
     assert [h["mean_return"] for h in out["heldout"]] == [4.0, -2.0]
     assert (out["heldout_mean_return"], out["heldout_min_return"]) == (1.0, -2.0)
     assert math.isfinite(out["heldout_mean_return"])
+
+
+def test_row_fields_of_returns_read_back_with_a_null_do_not_fail() -> None:
+    import math
+
+    from fedrl.heldout import row_fields, summary_fields
+    assert row_fields([10.0, 30.0]) == {"heldout_returns": [10.0, 30.0], "heldout_mean_return": 20.0,
+                                        "heldout_min_return": 10.0}
+    out = row_fields([10.0, None])  # type: ignore[list-item]
+    assert math.isnan(out["heldout_mean_return"]) and math.isnan(out["heldout_min_return"])
+    rows = [{"round": 3, "heldout_returns": [5.0, None]}]
+    summary = summary_fields([{"length": 0.3}, {"length": 0.9}], rows, 3, lambda: [1.0, 2.0])
+    assert [h["mean_return"] for h in summary["heldout"]] == [5.0, None]
+    assert math.isnan(summary["heldout_min_return"])
