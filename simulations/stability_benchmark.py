@@ -105,6 +105,11 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, str, int, str]]:
                 # centralized trainer on one variant solves faster with: the stricter yardstick
                 runs.append((f"cartpole-default-central-norm-off-{seed}", "cartpole/default-norm-off", "central",
                              seed, f"seed={seed} env.vary='' algo.norm-obs='off'"))
+                # the README's default experiment (8 nodes, pole lengths 0.4-1.2), both kinds: the
+                # other reading of the speed target (federated against centralized on the same run)
+                for kind in kinds:
+                    runs.append((f"cartpole-default-experiment-{kind}-{seed}", "cartpole/default-experiment", kind,
+                                 seed, _join(f"seed={seed}", args.set if kind == "federated" else "")))
     return runs
 
 
@@ -132,7 +137,8 @@ def report(done: dict[str, dict]) -> None:
         print(f"{suite + ' / ' + kind:<40}{len(rs):>5}{f'{ok}/{len(rs)}':>14}  "
               f"{spread([r['final_min'] for r in rs]):<30}{spread([r['last5_min'] for r in rs if r['last5_min'] is not None]):<24}"
               f"{first:>20}")
-    fed = [r for r in done.values() if r["suite"].startswith("cartpole/") and r["kind"] == "federated"]
+    fed = [r for r in done.values() if r["suite"].startswith("cartpole/") and r["kind"] == "federated"
+           and r["suite"] != "cartpole/default-experiment"]  # the wide setups
     if fed:
         ok = sum(r["final_min"] >= CARTPOLE_TARGET for r in fed)
         print(f"\nCartPole, federated: the final model solves every variant in {ok} of {len(fed)} runs "
@@ -147,6 +153,12 @@ def report(done: dict[str, dict]) -> None:
                       f"{ratio:.2f} (target <= 1.5)")
             elif alone:
                 print(f"CartPole ({what}): some runs never solved every variant, so the steps ratio is undefined")
+        same = {k: [r["first_solve_steps"] for r in done.values()
+                    if r["suite"] == "cartpole/default-experiment" and r["kind"] == k] for k in ("federated", "central")}
+        if all(same.values()) and not any(None in v for v in same.values()):
+            f, c = (statistics.median(same[k]) for k in ("federated", "central"))  # type: ignore[type-var]
+            print(f"CartPole, the default experiment: median steps to first solve, federated {f:,.0f} / "
+                  f"centralized {c:,.0f} = {f / c:.2f} (target <= 1.5)")
     pend = [r for r in done.values() if r["suite"].startswith("pendulum/") and r["kind"] == "federated"]
     if pend:
         ok = sum(r["final_mean"] >= PENDULUM_MEAN and r["final_min"] >= PENDULUM_WORST for r in pend)
