@@ -159,6 +159,11 @@ def report(done: dict[str, dict]) -> None:
             f, c = (statistics.median(same[k]) for k in ("federated", "central"))  # type: ignore[type-var]
             print(f"CartPole, the default experiment: median steps to first solve, federated {f:,.0f} / "
                   f"centralized {c:,.0f} = {f / c:.2f} (target <= 1.5)")
+            alone = [r["first_solve_steps"] for r in done.values() if r["suite"] == "cartpole/default"]
+            if alone and None not in alone:  # issue 2's reading: against default CartPole alone
+                a = statistics.median(alone)  # type: ignore[type-var]
+                print(f"CartPole, the default experiment: federated {f:,.0f} / centralized on default CartPole "
+                      f"alone {a:,.0f} = {f / a:.2f} (issue 2's reading; target <= 1.5)")
     pend = [r for r in done.values() if r["suite"].startswith("pendulum/") and r["kind"] == "federated"]
     if pend:
         ok = sum(r["final_mean"] >= PENDULUM_MEAN and r["final_min"] >= PENDULUM_WORST for r in pend)
