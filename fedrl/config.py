@@ -222,7 +222,7 @@ class SecAggConfig:
                            ck.unit_open_closed)
     neighbors: int = opt("secagg.neighbors", 0, "SecAgg+ neighbours per node, even (0: all nodes, plain SecAgg)",
                          ck.non_negative)
-    bits: int = opt("secagg.bits", 0, "ring Z_(2^ck.bits) for masked sums (0: auto)", ck.ring_bits)
+    bits: int = opt("secagg.bits", 0, "ring Z_(2^bits) for masked sums (0: auto)", ck.ring_bits)
     clip_range: float = opt("secagg.clip-range", 0.5,
                             "each coordinate of a node's weighted update is clipped to [-r, r] and quantized with "
                             "compression.bits over that range", ck.positive)

@@ -294,3 +294,10 @@ def test_a_plain_run_name_is_kept() -> None:
 ])
 def test_norm_obs_auto_is_on_where_statistics_can_travel(over: dict[str, object], resolved: str) -> None:
     assert from_run_config(over).algo.norm_obs == resolved
+
+
+def test_pyproject_config_table_is_the_one_rendered_from_the_schema() -> None:
+    # help texts and defaults are written once, in fedrl.config; the table is generated from it
+    from fedrl.config_toml import render, table_in, toml_value
+    assert table_in(PYPROJECT.read_text()) == render(), "run: python -m fedrl.config_toml --write"
+    assert [toml_value(v) for v in (True, 3, 1e-05, 2.0, 'a "b"')] == ["true", "3", "1e-05", "2.0", '"a \\"b\\""']
