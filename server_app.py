@@ -1,5 +1,5 @@
 """Flower ServerApp entry point: fedrl's federation loop (see fedrl.flower.server_loop)."""
 
-from fedrl.flower.apps import make_server_app
+from fedrl.flower.serverapp import make_server_app
 
 app = make_server_app()

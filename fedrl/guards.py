@@ -27,7 +27,8 @@ from fedrl.rl.networks import check_weights
 from fedrl.rl.normalize import Moments
 
 if TYPE_CHECKING:
-    from fedrl.federation import Federation, Reply
+    from fedrl.federation import Federation
+    from fedrl.wire import Reply
 
 
 MAX_OBS_MEAN = 1e6  # |mean| of any observation coordinate a node may report (variance: its square)

@@ -39,7 +39,6 @@ from fedrl.dropout import maybe_fail
 from fedrl.envs.make import make_vector_env
 from fedrl.envs.spec import parse_kwargs
 from fedrl.experiment import policy_spec, variants_of
-from fedrl.federation import Reply, uplink_scale
 from fedrl.flower import codec, hostile, secure_client, secure_codec
 from fedrl.privacy.node import PRIVATE_METRICS, privatize
 from fedrl.privacy.plan import PrivacyPlan, plan_for, sample_plan
@@ -48,6 +47,7 @@ from fedrl.rl.train import LocalPlan, NodeState, train_locally
 from fedrl.seeding import ATTACK, numpy_rng
 from fedrl.topology import gossip
 from fedrl.topology.gossip import Mix
+from fedrl.wire import Reply, uplink_scale
 
 if TYPE_CHECKING:
     from fedrl.privacy.dpsgd import SampleDP

@@ -20,11 +20,11 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from fedrl.compression.base import Compressed
 from fedrl.compression.downlink import Downlink
 from fedrl.compression.framing import Frame, frame, unframe
-from fedrl.federation import Reply
 from fedrl.flower.safe_arrays import RAW_STYPE, WireError, decode_arrays, decode_blob  # callers use codec.WireError
 from fedrl.rl.normalize import Moments
 from fedrl.rl.train import LocalPlan, NodeState
 from fedrl.topology.gossip import Mix
+from fedrl.wire import Reply
 
 TRAIN = "train"
 QUERY = "query"

@@ -16,10 +16,10 @@ from flwr.app import Array, ArrayRecord, RecordDict
 from fedrl.attacks import RECORD_ATTACKS, REPLY_ATTACKS
 from fedrl.compression.base import Compressed
 from fedrl.config import Config
-from fedrl.federation import Reply
 from fedrl.flower import codec
 from fedrl.flower.safe_arrays import NPY_MAGIC, NPY_STYPE
 from fedrl.rl.normalize import Moments
+from fedrl.wire import Reply
 
 HUGE = 3.4e38  # finite in float32 (max 3.4028235e38)
 BOMB_SHAPE = (100_000, 100_000)  # 1e10 float32 elements: 40 GB if a decoder allocates before reading

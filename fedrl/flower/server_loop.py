@@ -18,7 +18,7 @@ from typing import Any
 from flwr.serverapp import Grid
 
 from fedrl.config import Config
-from fedrl.federation import Federation, Reply
+from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.async_loop import run_async
 from fedrl.flower.secure_round import KeysAhead, secure_round
@@ -26,6 +26,7 @@ from fedrl.flower.transport import NodeMap, check_reply, discover, exchange, rea
 from fedrl.privacy.node import dpsgd_field
 from fedrl.results import RunFolder
 from fedrl.rundir import end_round, finish, resolve_run_folder
+from fedrl.wire import Reply
 
 log = logging.getLogger("fedrl")
 

@@ -18,8 +18,9 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedrl.config import Config
-from fedrl.federation import Federation, Reply
+from fedrl.federation import Federation
 from fedrl.flower import codec
+from fedrl.wire import Reply
 
 log = logging.getLogger("fedrl")
 T = TypeVar("T")

@@ -9,9 +9,10 @@ from fedrl.compression.downlink import receive
 from fedrl.compression.pipeline import compress, flatten, rng_for
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation, Reply, uplink_scale
+from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.validate import check
+from fedrl.wire import Reply, uplink_scale
 
 # Pinned: these tests check exact aggregation formulas on replies without observation statistics
 # (the defaults turn normalization on and anneal the server step, issue 13).
@@ -95,7 +96,8 @@ def test_downlink_delta_plan_round_trips_and_is_applied_by_the_node() -> None:
     ({"secagg.enabled": True, "compression.up": "quantize", "compression.bits": 16, "nodes.count": 100000},
      "nodes.count", "10000"),  # refused first by the population cap; 16-bit codes of 10,000 nodes fit 32 bits
     ({"secagg.enabled": True, "compression.up": "quantize", "secagg.neighbors": 3}, "secagg.neighbors", "even"),
-    ({"secagg.enabled": True, "compression.up": "quantize", "env.id": "Pendulum-v1", "env.vary": "m=1.0"},
+    ({"secagg.enabled": True, "compression.up": "quantize", "env.id": "Pendulum-v1", "env.vary": "m=1.0",
+      "algo.norm-obs": "auto"},  # auto is on for continuous actions; SMALL pins it off
      "algo.norm-obs", "in the clear"),
     ({"nodes.dropout-stage": "share"}, "nodes.dropout-stage", "secagg.enabled = false"),
     ({"secagg.enabled": True, "compression.up": "topk", "privacy.mode": "distributed",

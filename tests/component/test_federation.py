@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from fedrl.config import from_run_config
-from fedrl.federation import Federation, Reply
+from fedrl.federation import Federation
 from fedrl.rl.normalize import Moments
 from fedrl.snapshot import restore, snapshot
+from fedrl.wire import Reply
 
 # Pinned: these tests check exact aggregation formulas on replies without observation statistics
 # (the defaults turn normalization on and anneal the server step, issue 13).

@@ -10,13 +10,14 @@ from fedrl.compression.pipeline import flatten
 from fedrl.config import from_run_config
 from fedrl.envs.make import make_vector_env
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation, Reply
+from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.rl.train import NodeState, train_locally
 from fedrl.snapshot import restore, snapshot
 from fedrl.topology import gossip
 from fedrl.topology.gossip import Mix
 from fedrl.validate import check
+from fedrl.wire import Reply
 
 # Pinned: these tests check exact aggregation formulas on replies without observation statistics
 # (the defaults turn normalization on and anneal the server step, issue 13).

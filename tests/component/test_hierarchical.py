@@ -8,9 +8,10 @@ import pytest
 from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation, Reply
+from fedrl.federation import Federation
 from fedrl.topology.hierarchy import assign_edges, cloud_average
 from fedrl.validate import check
+from fedrl.wire import Reply
 
 SMALL = {"nodes.count": 6, "algo.local-steps": 256, "eval.episodes": 1, "strategy.server-lr": 1.5}
 HIER = {"topology.name": "hierarchical"}

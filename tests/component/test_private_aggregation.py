@@ -9,9 +9,10 @@ import pytest
 
 from fedrl.compression.pipeline import flatten
 from fedrl.config import from_run_config
-from fedrl.federation import Federation, Reply
+from fedrl.federation import Federation
 from fedrl.privacy import epsilon_after
 from fedrl.snapshot import restore, snapshot
+from fedrl.wire import Reply
 
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1, "strategy.server-lr": 1.0}
 CENTRAL = {"privacy.mode": "central", "privacy.clip-norm": 0.5}

@@ -33,12 +33,13 @@ from hypothesis import strategies as st
 from fedrl.compression.base import Compressed
 from fedrl.compression.pipeline import compress, flatten, rng_for
 from fedrl.config import from_run_config
-from fedrl.federation import Federation, Reply, uplink_scale
+from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
 from fedrl.flower.hostile import npy_bytes as _npy
 from fedrl.flower.transport import check_reply, decode_reply_safely
 from fedrl.secagg import Masked
+from fedrl.wire import Reply, uplink_scale
 
 # Pinned: these tests check exact aggregation formulas on replies without observation statistics
 # (the defaults turn normalization on and anneal the server step, issue 13).

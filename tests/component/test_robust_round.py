@@ -9,8 +9,9 @@ from fedrl.attacks import attack_update, attackers
 from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation, Reply
+from fedrl.federation import Federation
 from fedrl.validate import check
+from fedrl.wire import Reply
 
 SMALL = {"nodes.count": 8, "algo.local-steps": 256, "eval.episodes": 1, "strategy.server-lr": 1.0}
 

@@ -7,8 +7,9 @@ import numpy as np
 from fedrl.checkpoint import Checkpoint
 from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import from_run_config
-from fedrl.federation import Federation, Reply
+from fedrl.federation import Federation
 from fedrl.snapshot import restore, snapshot
+from fedrl.wire import Reply
 
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1}
 

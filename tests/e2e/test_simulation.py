@@ -86,7 +86,7 @@ FAULTY_CLIENT = '''
 import numpy as np
 from flwr.app import Message
 from fedrl.flower import codec
-from fedrl.flower.apps import make_client_app
+from fedrl.flower.clientapp import make_client_app
 from fedrl.flower.client import handle_train
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from fedrl.compression.pipeline import stage
 from fedrl.config import AlgoConfig, from_run_config
-from fedrl.federation import uplink_scale
 from fedrl.rl.train import round_lr
+from fedrl.wire import uplink_scale
 
 
 def test_round_lr_is_the_mean_of_the_annealed_schedule() -> None:

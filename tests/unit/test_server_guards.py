@@ -11,10 +11,11 @@ from fedrl.attacks import attack_plan
 from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation, Reply
+from fedrl.federation import Federation
 from fedrl.guards import moments_problem, steps_problem, update_norm
 from fedrl.rl.normalize import Moments
 from fedrl.topology.gossip import Mix
+from fedrl.wire import Reply
 
 # norm-obs off: these replies carry weights only (the statistics' own checks are further down)
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1, "algo.norm-obs": "off"}

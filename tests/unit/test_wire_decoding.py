@@ -11,11 +11,11 @@ import pytest
 from flwr.app import Array, ArrayRecord, RecordDict
 
 from fedrl.compression.base import Compressed
-from fedrl.federation import Reply
 from fedrl.flower import codec
 from fedrl.flower.codec import Layout
 from fedrl.flower.hostile import npy_bytes as _npy
 from fedrl.flower.safe_arrays import WireError, decode_array, decode_arrays, decode_blob, read_npy_header
+from fedrl.wire import Reply
 
 
 def _array(data: bytes, dtype: str = "float32", shape: tuple[int, ...] = (2, 3), stype: str = "numpy.ndarray") -> Array:

@@ -1,41 +1,17 @@
-"""Builders for fedrl's ServerApp and ClientApp (the entry points only call these)."""
+"""fedrl's ClientApp builder (the entry point ``client_app.py`` only calls it). Kept apart from
+the ServerApp's so that a node imports no server-only module."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
-from flwr.serverapp import Grid, ServerApp
 
-from fedrl.errors import ConfigError
 from fedrl.flower.client import handle_query, handle_secure, handle_train
-from fedrl.flower.server_loop import run
 from fedrl.logs import setup_logging
-from fedrl.validate import check, config_warnings
-
-log = logging.getLogger("fedrl")
 
 Handler = Callable[[Message, Context], Message]
-
-
-def make_server_app() -> ServerApp:
-    app = ServerApp()
-
-    @app.main()
-    def main(grid: Grid, context: Context) -> None:
-        setup_logging()
-        cfg = check(context.run_config)  # fails before round 1 on any bad key or value
-        for warning in config_warnings(cfg):
-            log.warning("%s", warning)
-        try:
-            run(grid, cfg)
-        except ConfigError as err:  # e.g. a checkpoint that does not fit (RunFileError): say it in one line
-            log.error("run refused: %s", err)
-            raise
-
-    return app
 
 
 def make_client_app(train: Handler = handle_train) -> ClientApp:
