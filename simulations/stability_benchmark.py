@@ -121,6 +121,13 @@ def spread(xs: list[float]) -> str:
     return f"{statistics.median(xs):.0f} [{min(xs):.0f}, {max(xs):.0f}]" if xs else "-"
 
 
+def median_first(done: dict[str, dict], suite: str, kind: str) -> float | None:
+    """Median env steps to the first solve of ``suite``/``kind``; None when there is no run, or a
+    run never solved (the median would then be undefined)."""
+    firsts = [r["first_solve_steps"] for r in done.values() if r["suite"] == suite and r["kind"] == kind]
+    return None if not firsts or None in firsts else float(statistics.median(firsts))
+
+
 def report(done: dict[str, dict]) -> None:
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in done.values():
@@ -144,24 +151,19 @@ def report(done: dict[str, dict]) -> None:
         print(f"\nCartPole, federated: the final model solves every variant in {ok} of {len(fed)} runs "
               "(target: 14 of 15)")
         firsts = [r["first_solve_steps"] for r in fed]
+        f_wide = None if None in firsts else statistics.median(firsts)
         for suite, what in (("cartpole/default", "its defaults"), ("cartpole/default-norm-off", "norm-obs off")):
-            alone = [r["first_solve_steps"] for r in done.values() if r["suite"] == suite]
-            if alone and None not in alone and None not in firsts:
-                ratio = statistics.median(firsts) / statistics.median(alone)  # type: ignore[type-var]
-                print(f"CartPole: median steps to first solve, federated {statistics.median(firsts):,.0f} / "  # type: ignore[type-var]
-                      f"centralized on default CartPole ({what}) {statistics.median(alone):,.0f} = "  # type: ignore[type-var]
-                      f"{ratio:.2f} (target <= 1.5)")
-            elif alone:
+            alone = median_first(done, suite, "central")
+            if alone is not None and f_wide is not None:
+                print(f"CartPole: median steps to first solve, federated {f_wide:,.0f} / centralized on default "
+                      f"CartPole ({what}) {alone:,.0f} = {f_wide / alone:.2f} (target <= 1.5)")
+            elif any(r["suite"] == suite for r in done.values()):
                 print(f"CartPole ({what}): some runs never solved every variant, so the steps ratio is undefined")
-        same = {k: [r["first_solve_steps"] for r in done.values()
-                    if r["suite"] == "cartpole/default-experiment" and r["kind"] == k] for k in ("federated", "central")}
-        if all(same.values()) and not any(None in v for v in same.values()):
-            f, c = (statistics.median(same[k]) for k in ("federated", "central"))  # type: ignore[type-var]
+        f, c = (median_first(done, "cartpole/default-experiment", k) for k in ("federated", "central"))
+        if f is not None and c is not None:
             print(f"CartPole, the default experiment: median steps to first solve, federated {f:,.0f} / "
                   f"centralized {c:,.0f} = {f / c:.2f} (target <= 1.5)")
-            alone = [r["first_solve_steps"] for r in done.values() if r["suite"] == "cartpole/default"]
-            if alone and None not in alone:  # issue 2's reading: against default CartPole alone
-                a = statistics.median(alone)  # type: ignore[type-var]
+            if (a := median_first(done, "cartpole/default", "central")) is not None:  # issue 2's reading
                 print(f"CartPole, the default experiment: federated {f:,.0f} / centralized on default CartPole "
                       f"alone {a:,.0f} = {f / a:.2f} (issue 2's reading; target <= 1.5)")
     pend = [r for r in done.values() if r["suite"].startswith("pendulum/") and r["kind"] == "federated"]

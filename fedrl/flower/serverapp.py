@@ -14,6 +14,7 @@ from fedrl.validate import check, config_warnings
 
 log = logging.getLogger("fedrl")
 
+
 def make_server_app() -> ServerApp:
     app = ServerApp()
 
