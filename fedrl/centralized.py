@@ -3,7 +3,7 @@
 Its vector env has ``nodes.count x algo.num-envs`` sub-envs, sub-env j running variant
 ``j mod nodes.count``, and each round it takes ``nodes.count x algo.local-steps`` env steps:
 the same data per round as a full-participation federation, in one learner. It also takes
-``nodes.count x algo.num-minibatches`` minibatches per epoch, so its minibatches have the
+``nodes.count x ppo.num-minibatches`` minibatches per epoch (``Algorithm.pooled``), so its minibatches have the
 nodes' size and it does the same gradient work per env step as the federation: comparing the
 two measures what federating costs, not a different amount of computation.
 It writes the same run folder (config.json, metrics.jsonl, summary.json, model, plots).
@@ -11,38 +11,34 @@ It writes the same run folder (config.json, metrics.jsonl, summary.json, model, 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import torch
 
-from fedrl.config import AlgoConfig, Config
+from fedrl.algorithms.base import TrainJob
+from fedrl.algorithms.registry import get as algorithm
+from fedrl.config import Config
 from fedrl.envs.make import make_vector_env
 from fedrl.federation import Federation
-from fedrl.rl.train import LocalPlan, NodeState, train_locally
+from fedrl.wire import LocalPlan, NodeState
 from fedrl.rundir import end_round, finish, resolve_run_folder
-
-
-def pooled_algo(cfg: Config) -> AlgoConfig:
-    """The nodes' PPO settings scaled to one learner over all of their envs (see module doc)."""
-    n = cfg.nodes.count
-    return dataclasses.replace(cfg.algo, num_envs=cfg.algo.num_envs * n, local_steps=cfg.algo.local_steps * n,
-                               num_minibatches=cfg.algo.num_minibatches * n)
 
 
 def run_centralized(cfg: Config) -> Federation:
     torch.set_num_threads(1)
     fed = Federation(cfg)
     folder = resolve_run_folder(fed)
-    pooled = pooled_algo(cfg)
-    envs = make_vector_env(cfg.env.id, [fed.variants[j % len(fed.variants)] for j in range(pooled.num_envs)], fed.kwargs)
+    learner = algorithm(cfg.algo.name)
+    pooled = learner.pooled(cfg, cfg.nodes.count)
+    envs = make_vector_env(cfg.env.id, [fed.variants[j % len(fed.variants)] for j in range(pooled.algo.num_envs)],
+                           fed.kwargs)
     state = NodeState.empty()
     started = time.time()
     try:
         for rnd in range(fed.round + 1, cfg.num_server_rounds + 1):
             t0 = time.time()
             plan = LocalPlan(0, rnd, cfg.num_server_rounds, cfg.seed, 0.0, fed.moments[0])
-            res = train_locally(fed.spec, fed.models[0], envs, pooled, plan, state)
+            res = learner.train(pooled, TrainJob(fed.spec, fed.models[0], envs, plan, state))
             state = res.state
             fed.models[0] = res.weights
             if fed.moments[0] is not None and res.obs_moments is not None:

@@ -3,6 +3,9 @@ weights and the return that counts as solved. Shared by the server, the nodes an
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from fedrl.config import Config
@@ -10,6 +13,9 @@ from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_heldout, sample_variant
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, spec_for
 from fedrl.seeding import INIT, derive
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def variants_of(cfg: Config) -> list[dict[str, float]]:
@@ -35,11 +41,14 @@ def policy_spec(cfg: Config, variant: dict[str, float]) -> PolicySpec:
         env.close()
 
 
-def initial_weights(spec: PolicySpec, seed: int) -> list[np.ndarray]:
+def initial_weights(spec: PolicySpec, seed: int, make_model: Callable[[PolicySpec], nn.Module] = ActorCritic,
+                    ) -> list[np.ndarray]:
+    """The federation's first weights: ``make_model(spec)`` (the algorithm's) under torch's RNG
+    seeded by ``(seed, INIT)``."""
     import torch
 
     torch.manual_seed(derive(seed, INIT))
-    return get_weights(ActorCritic(spec))
+    return get_weights(make_model(spec))
 
 
 def target_return(cfg: Config) -> float | None:

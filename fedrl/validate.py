@@ -12,6 +12,7 @@ from typing import Any
 
 from fedrl import speed
 from fedrl.aggregation.asynchronous import ASYNC_RULES
+from fedrl.algorithms.registry import get as algorithm
 from fedrl.aggregation.robust import ROBUST_RULES
 from fedrl.attacks import attackers
 from fedrl.compression.ring_codes import required_ring_bits
@@ -28,15 +29,7 @@ from fedrl.topology.hierarchy import assign_edges
 
 
 def validate(cfg: Config) -> None:
-    a = cfg.algo
-    if a.local_steps % a.batch_steps != 0:
-        raise ConfigError(
-            "algo.local-steps",
-            f"got {a.local_steps}; must be a positive multiple of algo.num-envs x algo.num-steps "
-            f"= {a.batch_steps} (one PPO rollout)",
-        )
-    if a.num_minibatches > a.batch_steps:
-        raise ConfigError("algo.num-minibatches", f"got {a.num_minibatches}; at most one per sample ({a.batch_steps})")
+    algorithm(cfg.algo.name).check(cfg)  # its own settings (PPO: a round is whole rollouts)
     if cfg.resume == "true" and not cfg.run_name:
         raise ConfigError("resume", "resume=true needs run-name (or give the run folder path as resume)")
     check_env_id(cfg.env.id)

@@ -1,8 +1,10 @@
 """What travels between a node and the server, as typed data both sides share.
 
-``Reply`` is a node's answer to a training plan; ``uplink_scale`` is the factor both sides apply
-to a compressed update with error feedback. They live apart from the server (``Federation``) so
-that the ClientApp imports no server-only module.
+``LocalPlan`` is what the server asks of a node for a round, ``NodeState`` what the node keeps
+between rounds (in ``context.state``), ``LocalResult`` what an algorithm's local training
+returns, ``Reply`` a node's answer to a training plan; ``uplink_scale`` is the factor both sides
+apply to a compressed update with error feedback. They live apart from the server
+(``Federation``) and from Flower, so that the ClientApp imports no server-only module.
 """
 
 from __future__ import annotations
@@ -11,11 +13,46 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedrl.algorithms.registry import get as algorithm
 from fedrl.compression.base import Compressed
 from fedrl.compression.pipeline import Stage
 from fedrl.config import Config
 from fedrl.rl.normalize import Moments
-from fedrl.rl.train import round_lr
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    """What the server asks of a node for one round."""
+
+    node: int
+    round: int  # 1-based server round
+    total_rounds: int  # for learning-rate annealing over the whole run
+    seed: int
+    prox_mu: float = 0.0
+    obs_moments: Moments | None = None  # global observation statistics (None: off)
+    ef_base: int = -1  # EF21: round of the node's last update the server accepted (-1: none)
+    clip_norm: float = 0.0  # DP: this round's clip norm (adaptive clipping moves it; 0: privacy.clip-norm)
+    run_uid: str = ""  # the run's identity, kept across resumes (binds durable node state to the run)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """Cross-round node state; ``to_arrays``/``from_arrays`` give its ``context.state`` form."""
+
+    arrays: dict[str, np.ndarray]
+
+    @staticmethod
+    def empty() -> NodeState:
+        return NodeState({})
+
+
+@dataclass(frozen=True)
+class LocalResult:
+    weights: list[np.ndarray]
+    env_steps: int
+    obs_moments: Moments | None  # statistics of the observations seen this round only
+    state: NodeState
+    metrics: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -38,7 +75,7 @@ def uplink_scale(cfg: Config, up: Stage, rnd: int) -> float:
     With classic error feedback the node compresses its learning-rate-normalized update (a
     pseudo-gradient) and the server multiplies back by this round's mean learning rate: what is
     owed from earlier rounds is then applied at today's annealed step size, not the larger one it
-    was computed with. (Measured on heterogeneous CartPole, 1% top-k, 30 rounds: final min
+    was computed with (the algorithm's ``round_lr``). (Measured on heterogeneous CartPole, 1% top-k, 30 rounds: final min
     return 495 with it, 262 without.) 1 otherwise.
     """
-    return round_lr(cfg.algo, rnd, cfg.num_server_rounds) if up.error_feedback else 1.0
+    return algorithm(cfg.algo.name).round_lr(cfg, rnd) if up.error_feedback else 1.0

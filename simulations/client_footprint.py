@@ -40,7 +40,7 @@ else:
     v = variants_of(cfg)
     spec = policy_spec(cfg, v[0])
     envs = make_vector_env(cfg.env.id, [v[0]] * cfg.algo.num_envs, {})
-    train_locally(spec, initial_weights(spec, 0), envs, cfg.algo, LocalPlan(0, 1, 30, 0), NodeState.empty())
+    train_locally(spec, initial_weights(spec, 0), envs, cfg, LocalPlan(0, 1, 30, 0), NodeState.empty())
     envs.close()
     t2 = time.perf_counter()
 heavy = sorted({m.split(".")[0] for m in sys.modules} & {"opacus", "scipy", "matplotlib", "ray", "pandas"})

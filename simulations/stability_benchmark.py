@@ -49,8 +49,8 @@ CARTPOLE: dict[str, str] = {
 }
 PENDULUM: dict[str, str] = {
     "g8-12-m0.8-1.2": "env.id='Pendulum-v1' env.vary='g=linspace(8.0, 12.0); m=linspace(0.8, 1.2)' "
-                      "num-server-rounds=48 eval.every=4 eval.target-return='-200' algo.num-steps=128 "
-                      "algo.local-steps=1024 algo.lr=0.0003 algo.update-epochs=10 algo.num-minibatches=32 "
+                      "num-server-rounds=48 eval.every=4 eval.target-return='-200' ppo.num-steps=128 "
+                      "algo.local-steps=1024 ppo.lr=0.0003 ppo.update-epochs=10 ppo.num-minibatches=32 "
                       # the annealed server step (the CartPole default) slowed Pendulum, still learning at
                       # the end of its budget: seed 0 ended at mean -483 with it, -270 without
                       "strategy.server-lr-end=-1",

@@ -112,7 +112,7 @@ def handle_train(msg: Message, context: Context) -> Message:
     attack = su.attacks.get(plan.node)  # None: an honest node
     try:
         random_actions = attack == "random-action"
-        res = train_locally(su.spec, weights, envs, cfg.algo, plan, state, su.sample_dp, random_actions)
+        res = train_locally(su.spec, weights, envs, cfg, plan, state, su.sample_dp, random_actions)
     finally:
         envs.close()
     kept.update(res.state.arrays)

@@ -1,6 +1,6 @@
 """Sample-level DP in local training: DP-SGD (Abadi et al., CCS 2016) on PPO's minibatches, via Opacus.
 
-**Privacy unit: one rollout segment**, the ``algo.num-steps`` consecutive transitions one env
+**Privacy unit: one rollout segment**, the ``ppo.num-steps`` consecutive transitions one env
 copy contributes to one PPO iteration. Per-transition DP would be wrong here: GAE makes a
 transition's advantage depend on the rewards after it in the segment, so one changed transition
 moves many examples' gradients. A segment's examples depend only on that segment (GAE stops at
@@ -8,9 +8,9 @@ its end and bootstraps from the current value function, which is not data), so t
 the example Opacus clips:
 
 - a minibatch is a Poisson sample of segments (each with probability ``q = 1 /
-  algo.num-minibatches``), fed as ``[segments, num_steps, ...]``: Opacus' per-sample gradients
+  ppo.num-minibatches``), fed as ``[segments, num_steps, ...]``: Opacus' per-sample gradients
   of ``Linear`` layers sum over the extra dimension, so each sample's gradient is its segment's;
-- advantages are normalized within each segment (``algo.norm-adv``), never across the batch;
+- advantages are normalized within each segment (``ppo.norm-adv``), never across the batch;
 - each segment's gradient is clipped to ``privacy.dpsgd-clip-norm`` and Gaussian noise of std
   ``dpsgd-noise-multiplier x clip`` is added to the sum (Opacus' ``DPOptimizer``), every step,
   including steps whose sample came out empty;
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import secrets
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,10 +38,8 @@ from opacus.accountants import RDPAccountant
 from opacus.optimizers import DPOptimizer
 from opacus.validators import ModuleValidator
 
-from fedrl.rl.advantages import gae
-from fedrl.rl.losses import ppo_loss
 from fedrl.rl.networks import ActorCritic
-from fedrl.rl.ppo import PPOHyper
+from fedrl.rl.ppo import Batch, PPOHyper, ppo_update
 from fedrl.rl.rollout import Rollout
 
 HISTORY_KEY = "dpsgd.history"
@@ -105,45 +104,61 @@ def _segment_major(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(0, 1).contiguous()
 
 
+class DPSGDStep:
+    """PPO's ``Stepper`` (``fedrl.rl.ppo``) for DP-SGD over rollout segments (see the module doc).
+
+    Opacus' hooks are on the model from construction until ``close()``. Each
+    step is a Poisson sample of segments, clipped per segment, noised, and one accountant step.
+    """
+
+    normalize_minibatch_adv = False  # normalized within each segment instead
+
+    def __init__(self, model: ActorCritic, optimizer: torch.optim.Optimizer, hp: PPOHyper, dp: SampleDP,
+                 accountant: RDPAccountant, segments: int) -> None:
+        self.hp, self.dp, self.accountant = hp, dp, accountant
+        self.q = 1.0 / hp.num_minibatches
+        self.gsm = GradSampleModule(model, loss_reduction="mean")
+        self.sample_gen = torch.Generator().manual_seed(secrets.randbits(63))
+        self.dpo = DPOptimizer(optimizer, noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.clip,
+                               expected_batch_size=max(1, round(segments * self.q)), loss_reduction="mean",
+                               generator=torch.Generator().manual_seed(secrets.randbits(63)))
+
+    def close(self) -> None:
+        self.gsm._close()  # remove Opacus' hooks: the model is plain again
+
+    def examples(self, ro: Rollout, adv: torch.Tensor, returns: torch.Tensor) -> Batch:
+        if self.hp.norm_adv:  # within each segment (dim 0 is time): examples stay independent
+            adv = (adv - adv.mean(dim=0, keepdim=True)) / (adv.std(dim=0, unbiased=False, keepdim=True) + 1e-8)
+        return Batch(*(_segment_major(x) for x in (ro.obs, ro.actions, ro.logprobs, ro.values, adv, returns)))
+
+    def epoch(self, n: int) -> Iterator[torch.Tensor]:
+        for _ in range(self.hp.num_minibatches):
+            yield torch.nonzero(torch.rand(n, generator=self.sample_gen) < self.q).flatten()
+
+    def step(self, model: ActorCritic, loss: torch.Tensor | None) -> None:
+        self.dpo.zero_grad(set_to_none=True)
+        if loss is None:  # an empty Poisson sample is still a step: noise only
+            for p in model.parameters():
+                p.grad_sample = torch.zeros((0, *p.shape))  # type: ignore[attr-defined]
+        else:
+            with warnings.catch_warnings():  # the first layer's input needs no gradient: expected here
+                warnings.simplefilter("ignore", UserWarning)
+                loss.backward()
+        self.dpo.step()
+        self.accountant.step(noise_multiplier=self.dp.noise_multiplier, sample_rate=self.q)
+
+
+# What a DP-SGD update reports (its losses; the rest of PPO's statistics stay on the node).
+REPORTED = ("policy_loss", "value_loss", "approx_kl")
+
+
 def dp_ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, ro: Rollout, hp: PPOHyper, dp: SampleDP,
                   accountant: RDPAccountant) -> dict[str, float]:
-    """PPO's epochs of minibatch steps on rollout ``ro`` as DP-SGD over segments; mutates ``model``,
-    ``optimizer`` (its moments) and ``accountant``; returns stats of the last step."""
-    adv, returns = gae(ro.rewards, ro.values, ro.next_values, ro.terminated, ro.done, hp.gamma, hp.gae_lambda)
-    if hp.norm_adv:  # within each segment (dim 0 is time): examples stay independent
-        adv = (adv - adv.mean(dim=0, keepdim=True)) / (adv.std(dim=0, unbiased=False, keepdim=True) + 1e-8)
-    obs, actions = _segment_major(ro.obs), _segment_major(ro.actions)
-    old_logp, old_v = _segment_major(ro.logprobs), _segment_major(ro.values)
-    adv, returns = _segment_major(adv), _segment_major(returns)
-    n_seg = obs.shape[0]
-    q = 1.0 / hp.num_minibatches
-    gsm = GradSampleModule(model, loss_reduction="mean")
-    noise_gen = torch.Generator().manual_seed(secrets.randbits(63))
-    sample_gen = torch.Generator().manual_seed(secrets.randbits(63))
-    dpo = DPOptimizer(optimizer, noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.clip,
-                      expected_batch_size=max(1, round(n_seg * q)), loss_reduction="mean", generator=noise_gen)
-    stats: dict[str, float] = {}
+    """PPO's update (``fedrl.rl.ppo.ppo_update``) on rollout ``ro`` as DP-SGD over segments;
+    mutates ``model``, ``optimizer`` (its moments) and ``accountant``; returns the last step's losses."""
+    stepper = DPSGDStep(model, optimizer, hp, dp, accountant, segments=ro.obs.shape[1])
     try:
-        for _ in range(hp.update_epochs * hp.num_minibatches):
-            idx = torch.nonzero(torch.rand(n_seg, generator=sample_gen) < q).flatten()
-            dpo.zero_grad(set_to_none=True)
-            if idx.numel() == 0:  # an empty Poisson sample is still a step: noise only
-                for p in model.parameters():
-                    p.grad_sample = torch.zeros((0, *p.shape))  # type: ignore[attr-defined]
-            else:
-                mb = obs[idx]  # [B, T, obs]
-                new_logp, entropy = model.log_prob_entropy(mb, actions[idx])
-                new_v = model.value(mb)
-                parts = ppo_loss(new_logp, old_logp[idx], entropy, new_v, old_v[idx], adv[idx], returns[idx],
-                                 clip_coef=hp.clip_coef, clip_vloss=hp.clip_vloss, ent_coef=hp.ent_coef,
-                                 vf_coef=hp.vf_coef)
-                with warnings.catch_warnings():  # the first layer's input needs no gradient: expected here
-                    warnings.simplefilter("ignore", UserWarning)
-                    parts.total.backward()
-                stats = {"policy_loss": float(parts.policy.detach()), "value_loss": float(parts.value.detach()),
-                         "approx_kl": float(parts.approx_kl)}
-            dpo.step()
-            accountant.step(noise_multiplier=dp.noise_multiplier, sample_rate=q)
+        stats = ppo_update(model, optimizer, ro, hp, torch.Generator(), stepper=stepper)
     finally:
-        gsm._close()  # remove Opacus' hooks: the model is plain again
-    return stats
+        stepper.close()
+    return {k: v for k, v in stats.items() if k in REPORTED}

@@ -12,8 +12,9 @@ from fedrl.privacy.skellam import SkellamCoding, SkellamLedger, coding_for, z_fo
 from fedrl.secagg.params import threshold_count
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from fedrl.privacy.dpsgd import SampleDP
-    from fedrl.rl.networks import ActorCritic
 
 DISTRIBUTED_BITS = 24  # default ring width under distributed DP (secagg.bits = 0)
 
@@ -174,34 +175,16 @@ def _distributed(cfg: Config, dim: int, q: float, note: str, z: float, budget: f
     return PrivacyPlan(p.mode, p.clip_norm, coding.z, q, p.delta, "skellam", budget, note, dist=coding)
 
 
-def sample_plan(cfg: Config, model: ActorCritic) -> SampleDP | None:
-    """DP-SGD settings for local training (None when ``privacy.dpsgd`` is off), checked before round 1.
+def sample_plan(cfg: Config, model: nn.Module) -> SampleDP | None:
+    """DP-SGD settings for local training (None when ``privacy.dpsgd`` is off), checked before round 1
+    by the algorithm that runs it (``Algorithm.sample_dp``: a learner without a DP-SGD update refuses).
 
     Raises:
-        ConfigError: naming the key, for settings that would leak raw data past the clipped
-            gradients or a policy Opacus cannot give per-sample gradients of.
+        ConfigError: naming the key, for settings the algorithm cannot make private.
     """
-    p, a = cfg.privacy, cfg.algo
-    if not p.dpsgd:
-        return None
-    from fedrl.privacy.dpsgd import SampleDP, module_errors  # Opacus' GradSampleModule only when asked for
-    continuous = model.spec.action_kind == "continuous"
-    if a.target_kl > 0:
-        raise ConfigError("algo.target-kl", "with privacy.dpsgd the KL early stop would make the number of DP-SGD "
-                                            "steps depend on the data; set algo.target-kl = 0")
-    for key, setting in (("algo.norm-obs", a.norm_obs), ("algo.norm-reward", a.norm_reward)):
-        if norm_on(setting, continuous):
-            raise ConfigError(key, f"with privacy.dpsgd: its running statistics feed raw data into training "
-                                   f"outside the clipped gradients (auto is on for continuous actions); set {key} = off")
-    if a.num_envs < a.num_minibatches:
-        raise ConfigError("algo.num-envs", f"with privacy.dpsgd a minibatch is a Poisson sample of segments (one per "
-                                           f"env copy) at rate 1/algo.num-minibatches; {a.num_envs} envs and "
-                                           f"{a.num_minibatches} minibatches expect less than one segment per step")
-    errors = module_errors(model)
-    if errors:
-        raise ConfigError("privacy.dpsgd", f"Opacus cannot compute per-sample gradients of this policy "
-                                           f"({model.spec.action_kind} actions): {'; '.join(errors)}")
-    return SampleDP(p.dpsgd_noise_multiplier, p.dpsgd_clip_norm, p.delta)
+    from fedrl.algorithms.registry import get
+
+    return get(cfg.algo.name).sample_dp(cfg, model)
 
 
 def _check_audit(cfg: Config) -> None:

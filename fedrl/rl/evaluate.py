@@ -7,10 +7,12 @@ every evaluation, in every engine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedrl.envs.make import make_vector_env
 from fedrl.errors import ConfigError
@@ -30,6 +32,7 @@ def evaluate(
     episodes: int,
     seed: int,
     nodes: Sequence[int] | None = None,
+    make_model: Callable[[PolicySpec], nn.Module] = ActorCritic,
 ) -> list[float]:
     """Mean undiscounted return per variant over ``episodes`` full episodes each.
 
@@ -37,8 +40,9 @@ def evaluate(
     derive from it, so a variant is evaluated on the same episodes whatever list it is in.
     Variants run together in one vector env where their spaces agree; a parameter that
     changes a space (Pendulum's ``max_torque`` bounds) puts each variant in its own.
+    ``make_model`` is the algorithm's (``Algorithm.make_model``): its ``greedy`` acts.
     """
-    model = ActorCritic(spec)
+    model = make_model(spec)
     set_weights(model, weights)
     ids = list(nodes) if nodes is not None else list(range(len(variants)))
     if len(ids) != len(variants):
@@ -53,7 +57,7 @@ def evaluate(
 
 
 def _run(
-    model: ActorCritic,
+    model: Any,  # the algorithm's model: greedy(obs) -> actions
     obs_moments: Moments | None,
     env_id: str,
     ids: list[int],

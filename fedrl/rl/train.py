@@ -10,76 +10,55 @@ next round is in the returned ``NodeState``, which serializes to a dict of numpy
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from fedrl.config import AlgoConfig, norm_on
+from fedrl.config import Config, PPOConfig, norm_on
 from fedrl.envs.snapshot import restore, snapshot
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, set_weights
 from fedrl.rl.normalize import Moments
 from fedrl.rl.ppo import PPOHyper, Proximal, ppo_update
 from fedrl.rl.rollout import Cursor, Normalizers, collect
 from fedrl.seeding import ENV_RESET, TRAIN, derive, torch_generator
+from fedrl.wire import LocalPlan, LocalResult, NodeState
+
+__all__ = ["LocalPlan", "LocalResult", "NodeState", "batch_steps", "hyper", "iterations_per_round", "round_lr",
+           "train_locally", "uses_norm"]
 
 if TYPE_CHECKING:
     from fedrl.privacy.dpsgd import SampleDP
 
 
-@dataclass(frozen=True)
-class LocalPlan:
-    """What the server asks of a node for one round."""
-
-    node: int
-    round: int  # 1-based server round
-    total_rounds: int  # for learning-rate annealing over the whole run
-    seed: int
-    prox_mu: float = 0.0
-    obs_moments: Moments | None = None  # global observation statistics (None: off)
-    ef_base: int = -1  # EF21: round of the node's last update the server accepted (-1: none)
-    clip_norm: float = 0.0  # DP: this round's clip norm (adaptive clipping moves it; 0: privacy.clip-norm)
-    run_uid: str = ""  # the run's identity, kept across resumes (binds durable node state to the run)
-
-
-@dataclass(frozen=True)
-class NodeState:
-    """Cross-round node state; ``to_arrays``/``from_arrays`` give its ``context.state`` form."""
-
-    arrays: dict[str, np.ndarray]
-
-    @staticmethod
-    def empty() -> NodeState:
-        return NodeState({})
-
-
-@dataclass(frozen=True)
-class LocalResult:
-    weights: list[np.ndarray]
-    env_steps: int
-    obs_moments: Moments | None  # statistics of the observations seen this round only
-    state: NodeState
-    metrics: dict[str, float]
-
-
-def hyper(algo: AlgoConfig) -> PPOHyper:
+def hyper(ppo: PPOConfig) -> PPOHyper:
     return PPOHyper(
-        gamma=algo.gamma, gae_lambda=algo.gae_lambda, num_minibatches=algo.num_minibatches,
-        update_epochs=algo.update_epochs, norm_adv=algo.norm_adv, clip_coef=algo.clip_coef,
-        clip_vloss=algo.clip_vloss, ent_coef=algo.ent_coef, vf_coef=algo.vf_coef,
-        max_grad_norm=algo.max_grad_norm, target_kl=algo.target_kl,
+        gamma=ppo.gamma, gae_lambda=ppo.gae_lambda, num_minibatches=ppo.num_minibatches,
+        update_epochs=ppo.update_epochs, norm_adv=ppo.norm_adv, clip_coef=ppo.clip_coef,
+        clip_vloss=ppo.clip_vloss, ent_coef=ppo.ent_coef, vf_coef=ppo.vf_coef,
+        max_grad_norm=ppo.max_grad_norm, target_kl=ppo.target_kl,
     )
 
 
-def round_lr(algo: AlgoConfig, rnd: int, total_rounds: int) -> float:
+def batch_steps(cfg: Config) -> int:
+    """Env steps in one PPO rollout (all of a node's envs)."""
+    return cfg.algo.num_envs * cfg.ppo.num_steps
+
+
+def iterations_per_round(cfg: Config) -> int:
+    """PPO iterations (rollout + update) in one round's ``algo.local-steps``."""
+    return cfg.algo.local_steps // batch_steps(cfg)
+
+
+def round_lr(cfg: Config, rnd: int) -> float:
     """Mean learning rate of round ``rnd``'s PPO iterations (the schedule ``train_locally`` follows)."""
-    if not algo.anneal_lr:
-        return algo.lr
-    iters = algo.iterations_per_round
-    total = max(1, total_rounds * iters)
-    return algo.lr * float(np.mean([max(0.0, 1.0 - ((rnd - 1) * iters + i) / total) for i in range(iters)]))
+    ppo = cfg.ppo
+    if not ppo.anneal_lr:
+        return ppo.lr
+    iters = iterations_per_round(cfg)
+    total = max(1, cfg.num_server_rounds * iters)
+    return ppo.lr * float(np.mean([max(0.0, 1.0 - ((rnd - 1) * iters + i) / total) for i in range(iters)]))
 
 
 def uses_norm(setting: str, spec: PolicySpec) -> bool:
@@ -123,13 +102,13 @@ def train_locally(
     spec: PolicySpec,
     weights: list[np.ndarray],
     envs: gym.vector.SyncVectorEnv,
-    algo: AlgoConfig,
+    cfg: Config,
     plan: LocalPlan,
     state: NodeState,
     dp: SampleDP | None = None,
     random_actions: bool = False,
 ) -> LocalResult:
-    """Run ``algo.iterations_per_round`` PPO iterations from ``weights`` (see module doc).
+    """Run ``iterations_per_round(cfg)`` PPO iterations from ``weights`` (see module doc).
 
     ``random_actions``: collect with random actions (the random-action Byzantine node, ``attack.*``).
 
@@ -139,10 +118,11 @@ def train_locally(
     t0 = time.perf_counter()
     model = ActorCritic(spec)
     set_weights(model, weights)
-    optimizer = torch.optim.Adam(model.parameters(), lr=algo.lr, eps=1e-5)
+    algo, ppo = cfg.algo, cfg.ppo
+    optimizer = torch.optim.Adam(model.parameters(), lr=ppo.lr, eps=1e-5)
     _adam_from_arrays(optimizer, state.arrays)
     gen = torch_generator(plan.seed, TRAIN, plan.node, plan.round)
-    hp = hyper(algo)
+    hp = hyper(ppo)
     prox = None
     if plan.prox_mu > 0:
         prox = Proximal(plan.prox_mu, [p.detach().clone() for p in model.parameters()])
@@ -161,15 +141,15 @@ def train_locally(
         from fedrl.privacy.dpsgd import dp_ppo_update, load_accountant
 
         accountant = load_accountant(state.arrays)  # the node's whole history: never a fresh one per round
-    iters = algo.iterations_per_round
+    iters = iterations_per_round(cfg)
     returns: list[float] = []
     lengths: list[int] = []
     stats: dict[str, float] = {}
     for i in range(iters):
-        if algo.anneal_lr:
+        if ppo.anneal_lr:
             progress = ((plan.round - 1) * iters + i) / max(1, plan.total_rounds * iters)
-            optimizer.param_groups[0]["lr"] = algo.lr * max(0.0, 1.0 - progress)
-        res = collect(model, envs, cursor, algo.num_steps, gen, norms, algo.gamma, random_actions)
+            optimizer.param_groups[0]["lr"] = ppo.lr * max(0.0, 1.0 - progress)
+        res = collect(model, envs, cursor, ppo.num_steps, gen, norms, ppo.gamma, random_actions)
         cursor, norms = res.cursor, res.normalizers
         returns += res.episode_returns
         lengths += res.episode_lengths
@@ -193,7 +173,7 @@ def train_locally(
             "env.states": snap[0], "env.elapsed": snap[1], "ep.return": cursor.ep_return,
             "ep.length": cursor.ep_length, "ret.acc": cursor.ret_acc,
         })
-    steps = iters * algo.batch_steps
+    steps = iters * batch_steps(cfg)
     metrics = {
         "train_return": float(np.mean(returns)) if returns else float("nan"),
         "train_episodes": float(len(returns)),

@@ -138,7 +138,7 @@ class Generator:
     def plausible(self) -> str:
         """A token that is valid on its own (combinations may still be refused)."""
         r = self.r
-        key = r.choice(["num-server-rounds", "seed", "nodes.count", "fraction-train", "algo.hidden", "algo.lr",
+        key = r.choice(["num-server-rounds", "seed", "nodes.count", "fraction-train", "algo.hidden", "ppo.lr",
                         "strategy.name", "compression.up", "compression.down", "algo.norm-obs", "eval.episodes",
                         "selection.name", "topology.name", "env.kwargs", "env.vary", "strategy.server-lr"])
         if key in CHOICES:
@@ -146,7 +146,7 @@ class Generator:
         value = {"num-server-rounds": str(r.choice([1, 5, 30, 2**62])), "seed": str(r.choice([0, 7, 2**63 - 1])),
                  "nodes.count": str(r.choice([1, 2, 4, 8, 16])), "fraction-train": f"{r.uniform(0.1, 1):.2f}",
                  "algo.hidden": self.quoted(r.choice(["64,64", "32", "16,16,16", "8,8"])),
-                 "algo.lr": f"{r.uniform(1e-4, 1e-2):.2g}", "eval.episodes": str(r.randint(1, 10)),
+                 "ppo.lr": f"{r.uniform(1e-4, 1e-2):.2g}", "eval.episodes": str(r.randint(1, 10)),
                  "env.kwargs": self.quoted(r.choice(["max_episode_steps=100", "render_mode='rgb_array'",
                                                      "disable_env_checker=true", ""])),
                  "env.vary": self.quoted(r.choice(["length=uniform(0.3, 0.9)", "masspole=choice(0.1, 0.2)",

@@ -109,8 +109,8 @@ def test_checkpoint_round_trip_and_refuses_a_changed_experiment() -> None:
     assert (back.round, back.env_steps, back.bytes_up) == (3, 256, 123)
     np.testing.assert_array_equal(back.models[0][0], fed.models[0][0])
     assert back.moments[0] is not None and back.moments[0].count == 3
-    with pytest.raises(ConfigError, match="resume: .*algo.lr"):
-        restore(_fed(**{"algo.norm-obs": "on", "algo.lr": 0.1}), ck)
+    with pytest.raises(ConfigError, match="resume: .*ppo.lr"):
+        restore(_fed(**{"algo.norm-obs": "on", "ppo.lr": 0.1}), ck)
 
 
 def test_a_variant_is_evaluated_on_the_same_episodes_in_any_list() -> None:

@@ -41,7 +41,7 @@ def _rounds(fed: Federation, states: list[dict[str, np.ndarray]], rounds: int, f
                 weights = dl.weights
             envs = make_vector_env(cfg.env.id, [fed.variants[n]] * cfg.algo.num_envs, {})
             try:
-                res = train_locally(fed.spec, weights, envs, cfg.algo, plan, NodeState(states[n]))
+                res = train_locally(fed.spec, weights, envs, cfg, plan, NodeState(states[n]))
             finally:
                 envs.close()
             sent, kept = res.weights, {}

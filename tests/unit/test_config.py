@@ -11,6 +11,7 @@ import pytest
 
 from fedrl.config import DEFAULTS, HELP, Config, ConfigError, from_run_config, to_flat
 from fedrl.validate import check
+from fedrl.rl.train import batch_steps, iterations_per_round
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -60,9 +61,9 @@ def test_empty_run_config_gives_defaults() -> None:
     assert cfg == dataclasses.replace(Config(), algo=dataclasses.replace(Config().algo, norm_obs="on"))
     assert to_flat(cfg) == {**DEFAULTS, "algo.norm-obs": "on"}
     assert from_run_config(to_flat(cfg)) == cfg
-    assert cfg.algo.lr == 2.5e-3 and cfg.env.id == "CartPole-v1" and cfg.strategy.name == "fedavg"
-    assert cfg.algo.batch_steps == 8 * 32
-    assert cfg.algo.iterations_per_round == 1024 // 256
+    assert cfg.ppo.lr == 2.5e-3 and cfg.env.id == "CartPole-v1" and cfg.strategy.name == "fedavg"
+    assert batch_steps(cfg) == 8 * 32
+    assert iterations_per_round(cfg) == 1024 // 256
     assert cfg.algo.hidden_sizes == (64, 64)
 
 
@@ -73,7 +74,7 @@ def test_round_trip_to_flat() -> None:
         "env.id": "Pendulum-v1",
         "env.vary": "g=uniform(8, 12)",
         "algo.local-steps": 512,
-        "algo.anneal-lr": False,
+        "ppo.anneal-lr": False,
         "algo.hidden": "32",
         "algo.norm-obs": "on",
         "strategy.name": "fedprox",
@@ -90,11 +91,11 @@ def test_round_trip_to_flat() -> None:
 
 def test_flower_style_coercions() -> None:
     cfg = from_run_config(
-        {"seed": 3.0, "algo.lr": 1, "algo.anneal-lr": "false", "resume": True, "eval.target-return": 450}
+        {"seed": 3.0, "ppo.lr": 1, "ppo.anneal-lr": "false", "resume": True, "eval.target-return": 450}
     )
     assert cfg.seed == 3 and isinstance(cfg.seed, int)
-    assert cfg.algo.lr == 1.0 and isinstance(cfg.algo.lr, float)
-    assert cfg.algo.anneal_lr is False
+    assert cfg.ppo.lr == 1.0 and isinstance(cfg.ppo.lr, float)
+    assert cfg.ppo.anneal_lr is False
     assert cfg.resume == "true"
     assert cfg.eval.target_return == "450"
 
@@ -129,14 +130,14 @@ def test_unknown_key_without_close_match() -> None:
         ("seed", "abc"),
         ("seed", True),
         ("seed", 1.5),
-        ("algo.anneal-lr", 3),
-        ("algo.anneal-lr", "yes"),
-        ("algo.lr", "fast"),
-        ("algo.lr", True),
-        ("algo.lr", float("nan")),
-        ("algo.lr", 0.0),
-        ("algo.gamma", 1.01),
-        ("algo.ent-coef", -0.1),
+        ("ppo.anneal-lr", 3),
+        ("ppo.anneal-lr", "yes"),
+        ("ppo.lr", "fast"),
+        ("ppo.lr", True),
+        ("ppo.lr", float("nan")),
+        ("ppo.lr", 0.0),
+        ("ppo.gamma", 1.01),
+        ("ppo.ent-coef", -0.1),
         ("algo.hidden", "64,-1"),
         ("algo.hidden", "wide"),
         ("algo.norm-obs", "ON"),
@@ -164,8 +165,8 @@ def test_range_error_message() -> None:
 
 
 def test_boundaries_accepted() -> None:
-    cfg = from_run_config({"fraction-train": 1.0, "algo.gamma": 1.0, "algo.gae-lambda": 0.0, "eval.every": 0})
-    assert cfg.fraction_train == 1.0 and cfg.algo.gamma == 1.0 and cfg.algo.gae_lambda == 0.0
+    cfg = from_run_config({"fraction-train": 1.0, "ppo.gamma": 1.0, "ppo.gae-lambda": 0.0, "eval.every": 0})
+    assert cfg.fraction_train == 1.0 and cfg.ppo.gamma == 1.0 and cfg.ppo.gae_lambda == 0.0
 
 
 @pytest.mark.parametrize(
@@ -214,8 +215,8 @@ def test_check_local_steps_not_a_multiple_of_rollout() -> None:
 
 
 def test_check_too_many_minibatches() -> None:
-    e = _check_err({"algo.num-envs": 1, "algo.num-steps": 2, "algo.local-steps": 2, "algo.num-minibatches": 4})
-    assert str(e).startswith("algo.num-minibatches: ")
+    e = _check_err({"algo.num-envs": 1, "ppo.num-steps": 2, "algo.local-steps": 2, "ppo.num-minibatches": 4})
+    assert str(e).startswith("ppo.num-minibatches: ")
 
 
 def test_check_resume_true_needs_run_name() -> None:
@@ -301,3 +302,18 @@ def test_pyproject_config_table_is_the_one_rendered_from_the_schema() -> None:
     from fedrl.config_toml import render, table_in, toml_value
     assert table_in(PYPROJECT.read_text()) == render(), "run: python -m fedrl.config_toml --write"
     assert [toml_value(v) for v in (True, 3, 1e-05, 2.0, 'a "b"')] == ["true", "3", "1e-05", "2.0", '"a \\"b\\""']
+
+
+@pytest.mark.parametrize("old", ["algo.lr", "algo.num-steps", "algo.target-kl", "algo.clip-coef"])
+def test_ppo_keys_that_left_algo_name_their_new_key(old: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        from_run_config({old: 1})
+    new = old.replace("algo.", "ppo.")
+    assert err.value.key == old and f"renamed to '{new}'" in str(err.value)
+    assert new in DEFAULTS
+
+
+def test_algo_name_is_checked_against_the_registry() -> None:
+    with pytest.raises(ConfigError) as err:
+        from_run_config({"algo.name": "dqn-typo"})
+    assert err.value.key == "algo.name" and "allowed: ppo" in str(err.value)

@@ -14,7 +14,7 @@ from fedrl.federation import initial_weights, policy_spec, variants_of
 from fedrl.privacy.dpsgd import module_errors
 from fedrl.privacy.plan import sample_plan
 from fedrl.rl.networks import ActorCritic, PolicySpec
-from fedrl.rl.train import LocalPlan, NodeState, train_locally
+from fedrl.rl.train import LocalPlan, NodeState, iterations_per_round, train_locally
 
 DPSGD = {"privacy.dpsgd": True, "privacy.dpsgd-noise-multiplier": 1.1, "privacy.dpsgd-clip-norm": 0.5,
          "algo.local-steps": 512, "algo.hidden": "16", "nodes.count": 2}
@@ -35,7 +35,7 @@ def test_opacus_handles_the_discrete_policy_and_names_what_it_cannot_handle() ->
 
 
 @pytest.mark.parametrize(("over", "key", "words"), [
-    ({"algo.target-kl": 0.02}, "algo.target-kl", "depend on the data"),
+    ({"ppo.target-kl": 0.02}, "ppo.target-kl", "depend on the data"),
     ({"algo.norm-obs": "on"}, "algo.norm-obs", "running statistics"),
     ({"algo.num-envs": 2}, "algo.num-envs", "less than one segment"),
     ({"env.id": "Pendulum-v1", "env.vary": "g=10.0", "algo.norm-obs": "off", "algo.norm-reward": "off"},
@@ -56,13 +56,13 @@ def test_local_training_accounts_every_step_and_the_history_continues_across_rou
     envs = make_vector_env(cfg.env.id, [variants_of(cfg)[0]] * cfg.algo.num_envs, {})
     w = initial_weights(spec, 0)
     state = NodeState.empty()
-    steps = cfg.algo.iterations_per_round * cfg.algo.update_epochs * cfg.algo.num_minibatches
+    steps = iterations_per_round(cfg) * cfg.ppo.update_epochs * cfg.ppo.num_minibatches
     try:
         for rnd in (1, 2):
-            res = train_locally(spec, w, envs, cfg.algo, LocalPlan(0, rnd, 30, 0), state, dp)
+            res = train_locally(spec, w, envs, cfg, LocalPlan(0, rnd, 30, 0), state, dp)
             state, w = res.state, res.weights
             acc = RDPAccountant()
-            acc.history = [(1.1, 1 / cfg.algo.num_minibatches, rnd * steps)]
+            acc.history = [(1.1, 1 / cfg.ppo.num_minibatches, rnd * steps)]
             assert res.metrics["dpsgd_epsilon"] == pytest.approx(acc.get_epsilon(delta=1e-5), rel=1e-12)
             assert np.asarray(state.arrays["dpsgd.history"]).tolist() == [[1.1, 0.25, float(rnd * steps)]]
     finally:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrl.config import AlgoConfig, from_run_config
+from fedrl.config import Config, from_run_config
 from fedrl.envs.make import make_vector_env
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, set_weights, spec_for
 from fedrl.rl.ppo import PPOHyper, Proximal, ppo_update, proximal_term
@@ -187,15 +187,15 @@ def _envs() -> gym.vector.SyncVectorEnv:
     return make_vector_env("CartPole-v1", [{}] * N_ENVS, {})
 
 
-def _algo(**extra: object) -> AlgoConfig:
-    rc = {"algo.local-steps": 256, "algo.num-envs": N_ENVS, "algo.num-steps": 32, **extra}
-    return from_run_config(rc).algo
+def _algo(**extra: object) -> Config:
+    rc = {"algo.local-steps": 256, "algo.num-envs": N_ENVS, "ppo.num-steps": 32, **extra}
+    return from_run_config(rc)
 
 
 @pytest.fixture(scope="module")
 def cartpole() -> tuple[PolicySpec, list[np.ndarray]]:
     envs = _envs()
-    spec = spec_for(envs.single_observation_space, envs.single_action_space, _algo().hidden_sizes)
+    spec = spec_for(envs.single_observation_space, envs.single_action_space, _algo().algo.hidden_sizes)
     envs.close()
     torch.manual_seed(0)
     return spec, get_weights(ActorCritic(spec))
@@ -206,7 +206,7 @@ PLAN2 = replace(PLAN1, round=2)
 
 
 def _train(
-    spec: PolicySpec, weights: list[np.ndarray], algo: AlgoConfig, plan: LocalPlan, state: NodeState
+    spec: PolicySpec, weights: list[np.ndarray], algo: Config, plan: LocalPlan, state: NodeState
 ) -> LocalResult:
     envs = _envs()
     try:
@@ -286,8 +286,8 @@ def test_train_locally_round2_continues_episodes(cartpole: tuple[PolicySpec, lis
     # (|theta| starts below 0.05 and must exceed 0.21), so the cursor is exactly predictable.
     spec, w0 = cartpole
     algo = from_run_config(
-        {"algo.local-steps": 8, "algo.num-envs": N_ENVS, "algo.num-steps": 2, "algo.num-minibatches": 2}
-    ).algo
+        {"algo.local-steps": 8, "algo.num-envs": N_ENVS, "ppo.num-steps": 2, "ppo.num-minibatches": 2}
+    )
     r1 = _train(spec, w0, algo, PLAN1, NodeState.empty())
     assert r1.state.arrays["ep.length"].tolist() == [2] * N_ENVS
     r2 = _train(spec, r1.weights, algo, PLAN2, r1.state)

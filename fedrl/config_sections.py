@@ -1,0 +1,142 @@
+"""The sections of the run configuration that describe the experiment: environment, algorithm,
+evaluation, nodes, rounds, selection and attacks (``fedrl.config_features`` has the update
+features; ``fedrl.config`` parses them). Each field's metadata holds its run-config key, a
+one-line help and a range check (``opt``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fedrl import config_checks as ck
+from fedrl.algorithms.registry import check_name
+from fedrl.attacks import check_names
+from fedrl.config_checks import Check
+
+
+def opt(key: str, default: Any, help: str, check: Check | None = None) -> Any:
+    return field(default=default, metadata={"key": key, "help": help, "check": check})
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    id: str = opt("env.id", "CartPole-v1", "any registered Gymnasium id")
+    vary: str = opt(
+        "env.vary", "length=linspace(0.4, 1.2)",
+        "how parameters differ across nodes: 'param=spec; ...' (number, uniform, loguniform, linspace, choice)",
+    )
+    kwargs: str = opt("env.kwargs", "", "'name=value; ...' passed to gym.make")
+
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """What every algorithm shares (``algo.*``); each algorithm's own knobs are its own section (``ppo.*``)."""
+
+    name: str = opt("algo.name", "ppo", "local RL algorithm (fedrl.algorithms registry)", check_name)
+    local_steps: int = opt("algo.local-steps", 1024, "env steps per node per round", ck.positive)
+    num_envs: int = opt("algo.num-envs", 8, "parallel envs per node (gymnasium.vector)", ck.positive)
+    hidden: str = opt("algo.hidden", "64,64", "hidden layer sizes", ck.hidden)
+    norm_obs: Literal["auto", "on", "off"] = opt(
+        "algo.norm-obs", "auto",
+        "running observation normalization with federated statistics (auto: on, except with secagg, privacy, "
+        "hierarchical or gossip, which cannot carry the statistics yet: there on for continuous actions only)")
+    norm_reward: Literal["auto", "on", "off"] = opt(
+        "algo.norm-reward", "auto", "reward scaling by return std (auto: on for continuous actions)")
+
+    @property
+    def hidden_sizes(self) -> tuple[int, ...]:
+        return tuple(int(s) for s in self.hidden.split(",") if s.strip())
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO's own settings (``ppo.*``; CleanRL's ``ppo.py`` defaults, tuned for CartPole)."""
+
+    num_steps: int = opt("ppo.num-steps", 32, "steps per env per PPO rollout", ck.positive)
+    lr: float = opt("ppo.lr", 2.5e-3, "Adam learning rate", ck.positive)
+    anneal_lr: bool = opt("ppo.anneal-lr", True, "anneal lr linearly to 0 over the whole run")
+    gamma: float = opt("ppo.gamma", 0.99, "discount", ck.unit_closed)
+    gae_lambda: float = opt("ppo.gae-lambda", 0.95, "GAE lambda", ck.unit_closed)
+    num_minibatches: int = opt("ppo.num-minibatches", 4, "minibatches per epoch", ck.positive)
+    update_epochs: int = opt("ppo.update-epochs", 4, "epochs per PPO update", ck.positive)
+    norm_adv: bool = opt("ppo.norm-adv", True, "normalize advantages per minibatch")
+    clip_coef: float = opt("ppo.clip-coef", 0.2, "surrogate clipping epsilon", ck.positive)
+    clip_vloss: bool = opt("ppo.clip-vloss", True, "clip the value loss")
+    ent_coef: float = opt("ppo.ent-coef", 0.0, "entropy bonus coefficient", ck.non_negative)
+    vf_coef: float = opt("ppo.vf-coef", 0.5, "value loss coefficient", ck.non_negative)
+    max_grad_norm: float = opt("ppo.max-grad-norm", 0.5, "gradient-norm clip", ck.positive)
+    target_kl: float = opt("ppo.target-kl", 0.0, "stop epochs past this KL (0: off)", ck.non_negative)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every: int = opt("eval.every", 1, "evaluate the server model every N rounds (0: only at the end)", ck.non_negative)
+    episodes: int = opt("eval.episodes", 5, "episodes per variant", ck.positive)
+    target_return: str = opt(
+        "eval.target-return", "auto", "return that counts as solved: auto (env threshold), none or a number", ck.target)
+    stop_at_target: bool = opt("eval.stop-at-target", False, "end the run once every variant reaches the target")
+    held_out: int = opt("eval.held-out", 0, "also evaluate on N variants no node trains on, drawn from env.vary "
+                        "(0: off)", ck.held_out)
+
+
+
+@dataclass(frozen=True)
+class NodesConfig:
+    count: int = opt("nodes.count", 8, "federation size: one environment variant per node", ck.node_count)
+    wait_s: float = opt("nodes.wait-s", 120.0, "how long the server waits for nodes to connect", ck.positive)
+    dropout_prob: float = opt("nodes.dropout-prob", 0.0,
+                              "experiments: probability that a node fails to answer, seeded by (seed, round, node)",
+                              ck.unit_closed)
+    speed: str = opt("nodes.speed", "1",
+                     "experiments: per-node slowdown factor >= 1 (a number, uniform(a, b), loguniform(a, b), "
+                     "linspace(a, b), choice(...) drawn by seed and node, or one factor per node, e.g. '1,1,4'); a "
+                     "node sleeps (slowdown - 1) x its training time before replying")
+    dropout_stage: Literal["train", "advertise", "share", "mask", "unmask", "any"] = opt(
+        "nodes.dropout-stage", "any",
+        "where injected dropouts happen: train, or a secure-aggregation stage (advertise: the keys request, or "
+        "the train reply when keys were sent ahead); any: a seeded random stage")
+
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    deadline_s: float = opt("round.deadline-s", 0.0,
+                            "a train reply later than this many seconds after its plan went out is dropped from "
+                            "the round (0: wait up to round.timeout-s)", ck.non_negative)
+    timeout_s: float = opt("round.timeout-s", 600.0,
+                           "a node silent this long after its plan went out (a straggler, a dead SuperNode) is "
+                           "dropped from the round and logged; the round goes on with the replies it has", ck.positive)
+
+
+
+@dataclass(frozen=True)
+class SelectionConfig:
+    name: Literal["uniform", "round-robin", "deadline"] = opt(
+        "selection.name", "uniform",
+        "which fraction-train of the nodes train each round: uniform (drawn by seed and round), round-robin "
+        "(in turn, so every node trains equally often) or deadline (the nodes least likely to miss "
+        "round.deadline-s, learned from their history, with a little exploration)")
+
+
+
+@dataclass(frozen=True)
+class AttackConfig:
+    name: str = opt(
+        "attack.name", "none",
+        "experiments: Byzantine nodes send sign-flip (-scale x their update) or gaussian (N(0, scale^2) noise) "
+        "instead of their update, or random-action (train on rollouts of random actions, as in FedPG-BR); "
+        "hostile replies: huge-weights, nan-weights, lie-steps, bad-moments, wrong-node, wrong-shape, bad-dtype, "
+        "bad-stype, npy-bomb, topk-overflow (fedrl/attacks.py); a comma-separated list gives the attack.nodes "
+        "their kinds in order", check_names)
+    fraction: float = opt("attack.fraction", 0.0, "fraction of nodes that attack (chosen by seed)", ck.unit_closed)
+    nodes: str = opt("attack.nodes", "", "explicit attacking nodes, e.g. '0,3' (overrides attack.fraction)")
+    scale: float = opt("attack.scale", 1.0, "sign-flip factor, or gaussian std", ck.positive)
+
+
+
+def norm_on(setting: str, continuous: bool) -> bool:
+    """Whether an ``algo.norm-obs``/``algo.norm-reward`` setting is on (``auto``: for continuous actions;
+    ``from_run_config`` has already turned ``algo.norm-obs = auto`` into ``on`` where it can be)."""
+    return setting == "on" or (setting == "auto" and continuous)
+
