@@ -157,7 +157,7 @@ def ours(flower: Flower, out: Path, n: int, secure: bool, rep: int, rounds: int)
 
 
 def legacy(n: int, secure: bool, rep: int) -> dict:
-    from fedrl.flower.legacy_secaggplus import run_flower_secaggplus
+    from tooling.legacy_secaggplus import run_flower_secaggplus
 
     rng = np.random.default_rng(rep)
     inputs = [[rng.normal(0, 0.01, PARAMS_B).astype(np.float32)] for _ in range(n)]

@@ -2,7 +2,7 @@
 
     sudo python simulations/network_benchmark.py [--reps 2] [--rounds 4]
 
-A real SuperLink and 2 SuperNodes, each in its own network namespace (``fedrl.netlab``), every
+A real SuperLink and 2 SuperNodes, each in its own network namespace (``simulations/tooling/netlab.py``), every
 link 100 ms RTT, 1% loss and 2 Mbit/s in each direction (netem where the kernel has it, else
 the lab's userspace relay). For the default policy (64,64: 9,155 parameters) and a larger one
 (256,256: 134,915) it runs fedrl with ``compression.up`` none and quantize (8 bits), interleaved
@@ -26,7 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the deployment harness lives with the tests
 
-from fedrl.netlab import HUB_ADDRESS, Link, NetLab, unavailable
+from tooling.netlab import HUB_ADDRESS, Link, NetLab, unavailable
+
 from tests.e2e.deploy import Deployment, metrics_rows
 
 SHAPED = Link(delay_ms=50, loss=0.01, rate_mbit=2)

@@ -6,9 +6,16 @@ sum of the surviving nodes' inputs mod ``2**bits``.
 
 Flow per round: ``make_params`` -> ``ClientSession.advertise`` -> ``SecAggServer.collect_keys`` ->
 ``share`` -> ``collect_shares`` -> ``mask`` -> ``collect_masked`` -> ``unmask`` -> ``SecAggServer.unmask``.
+
+Importing this package loads the client side and what both sides share, never the server's state
+machine (:mod:`fedrl.secagg.server`): a ClientApp imports ``fedrl.secagg`` and must not carry the
+server. Import :class:`~fedrl.secagg.server.SecAggServer` from :mod:`fedrl.secagg.server`. A whole
+round run in-process, for tests and benchmarks, is ``simulations/tooling/secagg_round.py``.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from fedrl.secagg.client import ClientSession
 from fedrl.secagg.crypto import KeyPair, agree, decrypt_share, encrypt_share, prg_mask
@@ -17,9 +24,7 @@ from fedrl.secagg.graph import neighbour_graph
 from fedrl.secagg.messages import Keys, Masked
 from fedrl.secagg.params import Params, make_params
 from fedrl.secagg.ring import required_bits, ring_add, ring_sub, ring_sum
-from fedrl.secagg.server import SecAggServer
 from fedrl.secagg.shamir import combine, split_secret
-from fedrl.secagg.simulate import RoundOutcome, run_round, simulate_round
 
 __all__ = [
     "ClientRefused",
@@ -28,9 +33,7 @@ __all__ = [
     "Keys",
     "Masked",
     "Params",
-    "RoundOutcome",
     "SecAggAbort",
-    "SecAggServer",
     "ShareRejected",
     "StageError",
     "agree",
@@ -44,7 +47,15 @@ __all__ = [
     "ring_add",
     "ring_sub",
     "ring_sum",
-    "run_round",
-    "simulate_round",
     "split_secret",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Transitional: fedrl.flower.secure_round still writes `from fedrl.secagg import SecAggServer`. Served on first
+    # use only (PEP 562), so the client side does not load the server. Remove once it imports fedrl.secagg.server.
+    if name == "SecAggServer":
+        from fedrl.secagg.server import SecAggServer
+
+        return SecAggServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Flower's own legacy SecAgg+ (run for real through the Simulation Runtime) aggregates as documented.
 
-Error bound (see fedrl.flower.legacy_secaggplus): client i scales its vector by
+Error bound (see simulations/tooling/legacy_secaggplus.py): client i scales its vector by
 d_i = round(w_i / max_weight * Q) / Q, quantizes with step 2C/Q (C = clipping_range,
 Q = quantization_range) by stochastic rounding (error below one step), and the server divides the
 unmasked sum by sum(d_i). So each element of the result is within n * (2C/Q) / sum(d_i) of
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from fedrl.flower.legacy_secaggplus import run_flower_secaggplus
+from tooling.legacy_secaggplus import run_flower_secaggplus
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-
-from fedrl.netlab import HUB_ADDRESS, Link, NetLab, NetLabError, netem_available, unavailable
+from tooling.netlab import HUB_ADDRESS, Link, NetLab, NetLabError, netem_available, unavailable
 
 needs_lab = pytest.mark.skipif(unavailable() is not None, reason=f"no network lab here: {unavailable()}")
 

@@ -4,7 +4,7 @@ Both compute a weighted mean of quantized, masked vectors. fedrl: each node code
 ``ratio_i * x_i`` with ``bits``-bit stochastic rounding over ``[-clip, clip]`` (error below one
 step ``2 clip / (2**bits - 1)`` per node) and the weight ratio as one more code, so the decoded
 mean is within ``n * step / sum(ratio)`` of the exact weighted mean, plus the weight code's
-rounding. Flower (see fedrl.flower.legacy_secaggplus): within ``n * (2C/Q) / sum(d_i)``.
+rounding. Flower (see simulations/tooling/legacy_secaggplus.py): within ``n * (2C/Q) / sum(d_i)``.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import os
 
 import numpy as np
 import pytest
+from tooling.legacy_secaggplus import run_flower_secaggplus
+from tooling.secagg_round import run_round
 
 from fedrl.compression.pipeline import flatten
 from fedrl.compression.ring_codes import RingCoding, required_ring_bits
-from fedrl.flower.legacy_secaggplus import run_flower_secaggplus
-from fedrl.secagg import make_params, run_round
+from fedrl.secagg import make_params
 
 pytestmark = pytest.mark.slow
 

@@ -2,9 +2,10 @@
 
 Everything runs on free ports with a private FLWR_HOME. Options: TLS with the certificates of
 ``fedrl certs`` and SuperNode authentication; per-node extra node config; a ``wrap`` that starts
-each process inside a network namespace (``fedrl.netlab``). Each process started here carries
-``FEDRL_TEST_PROC=<name>`` in its environment, which its children inherit, so one SuperNode with
-its ClientApp processes can be killed exactly; teardown stops everything under the FLWR_HOME.
+each process inside a network namespace (``simulations/tooling/netlab.py``). Each process started
+here carries ``FEDRL_TEST_PROC=<name>`` in its environment, which its children inherit, so one
+SuperNode with its ClientApp processes can be killed exactly; teardown stops everything under the
+FLWR_HOME.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A federation over shaped links: the SuperLink and each SuperNode in a network namespace of
-its own (``fedrl.netlab``), every link 100 ms RTT, 1% loss each way, 2 Mbit/s each way.
+its own (``simulations/tooling/netlab.py``), every link 100 ms RTT, 1% loss each way, 2 Mbit/s each way.
 
 Needs root and iproute2 (CI runs as root); skipped with the reason where a lab cannot be built.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tooling.netlab import HUB_ADDRESS, Link, NetLab, unavailable
 
-from fedrl.netlab import HUB_ADDRESS, Link, NetLab, unavailable
 from tests.e2e.deploy import Deployment, metrics_rows
 
 WHY = unavailable()

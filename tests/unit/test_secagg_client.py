@@ -7,7 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from fedrl.secagg import ClientRefused, ClientSession, KeyPair, Params, SecAggServer, StageError, make_params
+from fedrl.secagg import ClientRefused, ClientSession, KeyPair, Params, StageError, make_params
+from fedrl.secagg.server import SecAggServer
 from fedrl.secagg.shamir import combine
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tooling.secagg_round import simulate_round
 
-from fedrl.secagg import make_params, simulate_round
+from fedrl.secagg import make_params
 
 BITS = 8
 BINS = 1 << BITS

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tooling.secagg_round import DROP_STAGES, run_round, simulate_round
 
-from fedrl.secagg import Params, SecAggAbort, make_params, run_round, simulate_round
-from fedrl.secagg.simulate import DROP_STAGES
+from fedrl.secagg import Params, SecAggAbort, make_params
 
 LENGTH = 40
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tooling.secagg_round import simulate_round
 
 from fedrl.secagg import (
     ClientSession,
@@ -16,11 +17,10 @@ from fedrl.secagg import (
     Masked,
     Params,
     SecAggAbort,
-    SecAggServer,
     StageError,
     make_params,
-    simulate_round,
 )
+from fedrl.secagg.server import SecAggServer
 
 BITS, LENGTH = 16, 32
 

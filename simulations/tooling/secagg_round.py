@@ -1,4 +1,7 @@
-"""Run one whole SecAgg round in-process: for tests, benchmarks and dropout experiments.
+"""Run one whole fedrl SecAgg round in-process: for tests, benchmarks and dropout experiments.
+
+Test tooling, not runtime code: the ServerApp and ClientApp drive :mod:`fedrl.secagg` through
+``fedrl.flower.secure_round`` and ``fedrl.flower.secure_client`` instead.
 
 Every client stage starts from a session rebuilt from plain arrays, as it would in a fresh
 process, and the params travel as arrays too.
@@ -19,6 +22,12 @@ from fedrl.secagg.server import SecAggServer
 
 DROP_STAGES = ("advertise", "share", "mask", "unmask")
 
+Inputs = Mapping[int, np.ndarray]
+"""``{node: ring vector}``: one input per node of the round's params."""
+
+Drop = Mapping[str, set[int]]
+"""``{stage: nodes}``: the nodes that send nothing from ``stage`` (one of :data:`DROP_STAGES`) on."""
+
 Tamper = Callable[[str, dict[int, Any]], dict[int, Any]]
 """``tamper(stage, messages) -> messages``: edits what clients send to the server at ``stage``
 (``{node: message}``), e.g. to corrupt or replay a message in transit."""
@@ -34,10 +43,7 @@ class RoundOutcome:
 
 
 def simulate_round(
-    inputs: Mapping[int, np.ndarray],
-    params: Params,
-    drop: Mapping[str, set[int]] | None = None,
-    tamper: Tamper | None = None,
+    inputs: Inputs, params: Params, drop: Drop | None = None, tamper: Tamper | None = None
 ) -> RoundOutcome:
     """Run all stages; nodes in ``drop[stage]`` send nothing from that stage on.
 
@@ -81,11 +87,6 @@ def simulate_round(
     return RoundOutcome(total, server.survivors, server.dropped)
 
 
-def run_round(
-    inputs: Mapping[int, np.ndarray],
-    params: Params,
-    drop: Mapping[str, set[int]] | None = None,
-    tamper: Tamper | None = None,
-) -> RingVector:
+def run_round(inputs: Inputs, params: Params, drop: Drop | None = None, tamper: Tamper | None = None) -> RingVector:
     """The ring sum of the survivors' inputs from :func:`simulate_round`; raises ``SecAggAbort``."""
     return simulate_round(inputs, params, drop, tamper).total

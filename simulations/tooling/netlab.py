@@ -238,8 +238,9 @@ class NetLab:
             {"fds": fds[i : i + 2], "link": asdict(self.link), "seed": f"{self.seed}:{i // 2 + 1}"}
             for i in range(0, len(fds), 2)
         ]
-        # -I: the script's folder (fedrl/) must not shadow stdlib modules. The relay exits when its stdin closes, so
-        # it also ends when this process dies without close(); its own session keeps Ctrl-C from killing it first.
+        # -I: the script's folder (simulations/tooling/) must not shadow stdlib modules. The relay exits when its stdin
+        # closes, so it also ends when this process dies without close(); its own session keeps Ctrl-C from killing it
+        # first.
         command = [sys.executable, "-I", os.path.abspath(__file__), "relay", json.dumps(links)]
         self._relay = subprocess.Popen(
             command, pass_fds=fds, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
