@@ -149,21 +149,13 @@ CARTPOLE = Family(
     positive=("length", "masspole", "masscart", "gravity"),
     derive=_cartpole_derive,
 )
-PENDULUM = Family(
-    name="pendulum",
-    env_ids=("Pendulum-v1",),
-    params=("g", "m", "l", "max_torque"),
-    positive=("g", "m", "l", "max_torque"),
-    derive=_pendulum_derive,
-)
-ACROBOT = Family(
-    name="acrobot",
-    env_ids=("Acrobot-v1",),
-    params=("link_length_1", "link_length_2", "link_mass_1", "link_mass_2"),
-    attrs={p: p.upper() for p in ("link_length_1", "link_length_2", "link_mass_1", "link_mass_2")},
-    positive=("link_length_1", "link_length_2", "link_mass_1", "link_mass_2"),
-    derive=_acrobot_derive,
-)
+# Every Pendulum and Acrobot parameter is a magnitude (gravity, mass, length, torque bound): all must be > 0.
+_PENDULUM = ("g", "m", "l", "max_torque")
+PENDULUM = Family(name="pendulum", env_ids=("Pendulum-v1",), params=_PENDULUM, positive=_PENDULUM,
+                  derive=_pendulum_derive)
+_ACROBOT = ("link_length_1", "link_length_2", "link_mass_1", "link_mass_2")
+ACROBOT = Family(name="acrobot", env_ids=("Acrobot-v1",), params=_ACROBOT, positive=_ACROBOT,
+                 attrs={p: p.upper() for p in _ACROBOT}, derive=_acrobot_derive)
 MOUNTAIN_CAR = Family(
     name="mountain_car",
     env_ids=("MountainCar-v0",),

@@ -1,4 +1,4 @@
-"""Unit tests for fedrl.envs.spec: the env.vary / env.kwargs mini-language and sampling."""
+"""Unit tests for fedrl.envs.spec (parsing, variants): the env.vary / env.kwargs mini-language and sampling."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrl.envs.spec import ParamSpec, parse_kwargs, parse_vary, sample_variant
+from fedrl.envs.parsing import ParamSpec, parse_kwargs, parse_vary
+from fedrl.envs.variants import sample_variant
 from fedrl.errors import ConfigError
 
 # --- parse_vary ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Held-out variants (eval.held-out): fedrl.envs.spec.sample_heldout's contract, the fields of
+"""Held-out variants (eval.held-out): fedrl.envs.variants.sample_heldout's contract, the fields of
 fedrl.heldout, and the config key's range."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from fedrl.config import from_run_config
-from fedrl.envs.spec import parse_vary, sample_heldout, sample_variant
+from fedrl.envs.parsing import parse_vary
+from fedrl.envs.variants import sample_heldout, sample_variant
 from fedrl.errors import ConfigError
 from fedrl.experiment import heldout_variants_of, variants_of
 from fedrl.heldout import row_fields, summary_fields
