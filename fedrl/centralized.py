@@ -20,8 +20,8 @@ from fedrl.algorithms.registry import get as algorithm
 from fedrl.config import Config
 from fedrl.envs.make import make_vector_env
 from fedrl.federation import Federation
-from fedrl.wire import LocalPlan, NodeState
 from fedrl.rundir import end_round, finish, resolve_run_folder
+from fedrl.wire import LocalPlan, NodeState
 
 
 def run_centralized(cfg: Config) -> Federation:
@@ -40,17 +40,15 @@ def run_centralized(cfg: Config) -> Federation:
             plan = LocalPlan(0, rnd, cfg.num_server_rounds, cfg.seed, 0.0, fed.moments[0])
             res = learner.train(pooled, TrainJob(fed.spec, fed.models[0], envs, plan, state))
             state = res.state
-            fed.models[0] = res.weights
-            if fed.moments[0] is not None and res.obs_moments is not None:
-                fed.moments[0] = fed.moments[0].merge(res.obs_moments)
-            fed.env_steps += res.env_steps
-            fed.round = rnd
+            fed.rule.adopt(res.weights, res.obs_moments)
+            fed.counters.trained(res.env_steps)
+            fed.completed(rnd)
             # The learner's own state (Adam moments, episodes) is not checkpointed: a resumed
             # centralized run restarts its optimizer moments and episodes.
             if end_round(fed, folder, started, t0, {"train_returns": {"central": res.metrics.get("train_return")}}):
                 break
     finally:
         envs.close()
-    fed.wall_time_s += time.time() - started
+    fed.counters.ran(time.time() - started)
     finish(fed, folder)
     return fed

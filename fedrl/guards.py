@@ -10,14 +10,13 @@ checks (``fedrl.flower.codec``), the server trusts nothing a reply *says*:
   finite means and finite, non-negative second moments;
 - with ``strategy.max-update-norm`` > 0, an update longer than that (L2, float64) is left out.
 
-And whatever replies pass, aggregation may still overflow: ``Snapshot`` keeps the state an
-aggregation can change, so a step that leaves a model or the statistics non-finite is undone
-(``Federation._guarded``) and the round is recorded as failed.
+And whatever replies pass, aggregation may still overflow: ``nonfinite_slots`` finds a model or
+statistics left non-finite, the rule gives back its saved state (``ServerRule.save``/``restore``,
+``Federation.guarded``) and the round is recorded as failed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -141,34 +140,3 @@ def nonfinite_slots(models: list[list[np.ndarray]], moments: list[Moments | None
         if not finite:
             bad.append(s)
     return bad
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What one aggregation may change: the model slots, their statistics, the server optimizer,
-    and (gossip) the round each node's model is from."""
-
-    models: list[list[np.ndarray]]
-    moments: list[Moments | None]
-    optimizer: dict[str, np.ndarray]
-    trained: list[int] | None  # gossip: Relay.trained (None: no gossip)
-
-    @staticmethod
-    def of(fed: Federation) -> Snapshot:
-        # Copies: the guard must give back the previous model bit for bit whatever a rule does in place.
-        return Snapshot([[w.copy() for w in m] for m in fed.models], list(fed.moments),
-                        {k: v.copy() for k, v in fed.server_opt.to_arrays().items()},
-                        None if fed.gossip is None else list(fed.gossip.trained))
-
-    def restore(self, fed: Federation, slots: list[int] | None = None) -> None:
-        """Put ``slots`` (None: all, and the server optimizer) back as they were.
-
-        With gossip a restored node's model is again from the round it was before, so the next
-        plan sends it that model instead of letting the node keep the one it trained."""
-        for s in range(len(fed.models)) if slots is None else slots:
-            fed.models[s] = list(self.models[s])
-            fed.moments[s] = self.moments[s]
-            if fed.gossip is not None and self.trained is not None:
-                fed.gossip.trained[s] = self.trained[s]
-        if slots is None:
-            fed.server_opt.load_arrays(self.optimizer)

@@ -83,10 +83,7 @@ def end_round(fed: Federation, folder: RunFolder, started: float, round_started:
         "round_time_s": time.time() - round_started, "env_steps": fed.env_steps,
         "bytes_up": fed.bytes_up, "bytes_down": fed.bytes_down, **fields,
     }
-    if fed.hier:
-        row["bytes_cloud"] = fed.bytes_cloud  # the edge <-> cloud tier; bytes_up/down are node <-> edge
-    if fed.gossip is not None:
-        row["consensus_distance"] = fed.consensus_distance()
+    row |= fed.rule.row_fields(rnd)  # hierarchical: bytes_cloud; gossip: consensus_distance
     if evals:
         row |= {"eval_returns": evals, "eval_mean_return": sum(evals) / len(evals), "eval_min_return": min(evals)}
         row |= heldout.row_fields(fed.evaluate_heldout())  # {} unless eval.held-out > 0
@@ -141,7 +138,6 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         "wall_time_s": fed.wall_time_s,
         "bytes_up_total": fed.bytes_up,
         "bytes_down_total": fed.bytes_down,
-        **({"bytes_cloud_total": fed.bytes_cloud} if fed.hier else {}),
         "eval": [{"node": i, "params": v, "mean_return": r} for i, (v, r) in enumerate(zip(fed.variants, returns, strict=True))],
         "eval_mean_return": float(np.mean(returns)),
         "eval_min_return": float(np.min(returns)),
@@ -170,8 +166,7 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         summary["eval_cross"] = cross  # row i: node i's own model on every variant
         summary["eval_cross_mean_return"] = float(np.mean(cross))
         summary["eval_cross_worst_node"] = float(np.min(np.mean(cross, axis=1)))  # the worst node, over all variants
-    if fed.gossip is not None:
-        summary["consensus_distance"] = fed.consensus_distance()
+    summary |= fed.rule.summary_fields(fed.round)  # hierarchical: bytes_cloud_total; gossip: consensus_distance
     folder.write_summary(summary)
     folder.save_model(fed.names, *model_arrays(fed))
     labels = [", ".join(f"{k}={v:.3g}" for k, v in p.items()) or f"node {i}" for i, p in enumerate(fed.variants)]

@@ -1,9 +1,10 @@
 """A federation's state as a checkpoint and back: what a killed run resumes from.
 
-Arrays (models, broadcast bases, observation statistics, EF21, DP and server-optimizer state) and
-JSON metadata (counters, the run uid, selection history, the config it was made with, the best
-evaluation so far: ``fedrl.best``); see
-``fedrl.checkpoint`` for the atomic file format.
+The checkpoint is the union of the components' states: the server rule's (models, observation
+statistics, server optimizer, its own metadata), the downlink broadcasts, EF21's memories, the
+privacy ledger, the selection history, the counters, plus the run uid, the config it was made
+with and the best evaluation so far (``fedrl.best``); see ``fedrl.checkpoint`` for the atomic
+file format.
 """
 
 from __future__ import annotations
@@ -17,36 +18,30 @@ from fedrl.checkpoint import Checkpoint
 from fedrl.config import LOCATION_KEYS, to_flat
 from fedrl.errors import ConfigError, RunFileError
 from fedrl.federation import Federation
-from fedrl.rl.normalize import Moments
 from fedrl.snapshot_checks import check_fits
 
 
 def snapshot(fed: Federation, started: float, best: Best | None = None) -> Checkpoint:
     """The federation's state after its last round (``started``: when this process's share of the run began)
-    and ``best``, the evaluation ``best_model.npz`` holds (read back with ``best_of``)."""
-    arrays: dict[str, np.ndarray] = {}
-    for s, (w, m) in enumerate(zip(fed.models, fed.moments, strict=True)):
-        arrays.update({f"model{s}/{i}": a for i, a in enumerate(w)})
-        if m is not None:
-            arrays[f"moments{s}"] = m.to_array()
-        if fed.down.active:
-            arrays.update({f"bcast{s}/{i}": a for i, a in enumerate(fed.casts[s].base)})
+    and ``best``, the evaluation ``best_model.npz`` holds (read back with ``best_of``): the union of
+    its components' states (rule, downlink broadcasts, EF21, privacy, selection, counters)."""
+    meta, arrays = fed.rule.state_dict()
+    meta, arrays = dict(meta), dict(arrays)
+    if fed.down.active:
+        for s, cast in enumerate(fed.casts):
+            arrays.update({f"bcast{s}/{i}": a for i, a in enumerate(cast.base)})
     if fed.ef21 is not None:
         arrays.update(fed.ef21.to_arrays())
-    dp_meta: dict[str, object] = {}
     if fed.dp is not None:
         dp_meta, dp_arrays = fed.dp.to_checkpoint()
+        meta.update(dp_meta)
         arrays.update(dp_arrays)
-    arrays.update(fed.server_opt.to_arrays())
-    meta = {"round": fed.round, "env_steps": fed.env_steps, "bytes_up": fed.bytes_up,
-            "bytes_down": fed.bytes_down, "wall_time_s": fed.wall_time_s + (time.time() - started),
-            "config": to_flat(fed.cfg), "holds": {str(k): v for k, v in fed.holds.items()},
-            "bcast_round": [c.round for c in fed.casts],
-            "bytes_cloud": fed.bytes_cloud, "run_uid": fed.run_uid, **dp_meta,
-            "best": best.to_meta() if best is not None else None}
-    meta["selection"] = fed.selector.to_meta()
-    if fed.gossip is not None:
-        meta["gossip_trained"] = list(fed.gossip.trained)
+    counters = fed.counters.state_dict()
+    counters["wall_time_s"] += time.time() - started
+    meta |= {"round": fed.round, **counters, "config": to_flat(fed.cfg),
+             "holds": {str(k): v for k, v in fed.holds.items()}, "bcast_round": [c.round for c in fed.casts],
+             "run_uid": fed.run_uid, "best": best.to_meta() if best is not None else None,
+             "selection": fed.selector.to_meta()}
     return Checkpoint(meta, arrays)
 
 
@@ -86,27 +81,18 @@ def restore(fed: Federation, ck: Checkpoint, src: object = "checkpoint") -> None
 
 
 def _load(fed: Federation, ck: Checkpoint) -> None:
-    for s in range(len(fed.models)):
-        fed.models[s] = [ck.arrays[f"model{s}/{i}"].astype(np.float32) for i in range(len(fed.names))]
-        if fed.moments[s] is not None:
-            fed.moments[s] = Moments.from_array(ck.arrays[f"moments{s}"])
-        if fed.down.active:
-            fed.casts[s].base = [ck.arrays[f"bcast{s}/{i}"].astype(np.float32) for i in range(len(fed.names))]
-            fed.casts[s].round = int(ck.meta["bcast_round"][s])
+    fed.rule.load_state_dict(ck.meta, ck.arrays)
+    if fed.down.active:
+        for s, cast in enumerate(fed.casts):
+            cast.load([ck.arrays[f"bcast{s}/{i}"].astype(np.float32) for i in range(len(fed.names))],
+                      int(ck.meta["bcast_round"][s]))
     fed.holds = {int(k): int(v) for k, v in ck.meta.get("holds", {}).items()}
     if fed.ef21 is not None:
         fed.ef21.load_arrays(ck.arrays)
     if fed.dp is not None:
         fed.dp.load_checkpoint(ck.meta, ck.arrays)
-    fed.server_opt.load_arrays(ck.arrays)
-    fed.round = int(ck.meta["round"])
+    fed.counters.load_state_dict(ck.meta)
+    fed.completed(int(ck.meta["round"]))
     fed.run_uid = str(ck.meta.get("run_uid", fed.run_uid))
-    fed.env_steps = int(ck.meta["env_steps"])
-    fed.bytes_up = int(ck.meta["bytes_up"])
-    fed.bytes_down = int(ck.meta["bytes_down"])
-    fed.bytes_cloud = int(ck.meta.get("bytes_cloud", 0))
-    if fed.gossip is not None:
-        fed.gossip.trained = [int(x) for x in ck.meta["gossip_trained"]]
     if "selection" in ck.meta:
         fed.selector.load_meta(ck.meta["selection"])
-    fed.wall_time_s = float(ck.meta["wall_time_s"])

@@ -23,6 +23,7 @@ from fedrl.best import Best
 from fedrl.checkpoint import Checkpoint
 from fedrl.errors import RunFileError
 from fedrl.federation import Federation
+from fedrl.rules.per_node import Gossip
 
 
 def _count(src: object, meta: Mapping[str, Any], key: str, hi: float = math.inf, required: bool = True) -> None:
@@ -75,8 +76,8 @@ def _meta(fed: Federation, ck: Checkpoint, src: object) -> None:
         _count(src, {f"holds.{k}": v}, f"holds.{k}", last)
     if fed.down.active:
         _counts(src, "bcast_round", meta.get("bcast_round"), len(fed.models), last)
-    if fed.gossip is not None:
-        _counts(src, "gossip_trained", meta.get("gossip_trained"), len(fed.gossip.trained), last)
+    if isinstance(fed.rule, Gossip):
+        _counts(src, "gossip_trained", meta.get("gossip_trained"), len(fed.rule.relay.trained), last)
     sel = meta.get("selection")
     if sel is not None:
         if not isinstance(sel, dict):
@@ -109,7 +110,7 @@ def check_fits(fed: Federation, ck: Checkpoint, src: object) -> None:
             d = len(m.mean)
             if a[0] < 0 or (a[1 + d:] < 0).any():
                 raise RunFileError(src, f"moments{s}", "has a negative count or second moment")
-    opt = fed.server_opt
+    opt = fed.rule.optimizer
     if "serveropt/m" in ck.arrays:
         for key in ("serveropt/m", "serveropt/v"):
             _array(src, ck, key, np.shape(opt.m))

@@ -50,6 +50,10 @@ class Broadcaster:
         self.base = unflatten(b + decompress(self.delta, self.stage, b.size), self.base)
         self.prev, self.round = self.round, rnd
 
+    def load(self, base: list[np.ndarray], rnd: int) -> None:
+        """Resume from a checkpoint: ``base`` is the broadcast of round ``rnd``."""
+        self.base, self.round = base, rnd
+
     def downlink(self, holds: int | None) -> Downlink:
         """What to send a node holding the broadcast of round ``holds`` (None: nothing known)."""
         if self.stage.active and self.delta is not None and holds is not None and holds == self.prev:

@@ -59,7 +59,7 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
 
     def step(applied: list[tuple[int, int]]) -> bool:
         nonlocal cur
-        fed.round += 1
+        fed.completed(fed.round + 1)
         stop = end_round(fed, folder, started, cur.started, cur.fields(applied) | {"aggregation_failed": fed.take_failure()})
         cur = _Round()
         if fed.round < total:
@@ -76,7 +76,7 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
             plan, dl = fed.plan(node, fed.round + 1)
             msg = Message(codec.encode_plan(plan, dl), dst_node_id=nm.supernode(node), message_type=codec.TRAIN,
                           group_id=str(fed.round + 1))
-            fed.bytes_down += codec.wire_bytes(msg)
+            fed.counters.sent(codec.wire_bytes(msg))
             mid = next(iter(grid.push_messages([msg])))
             inflight[mid] = (node, fed.round, time.monotonic())
             fed.asyn.versions.acquire(fed.round, fed.models[0])
@@ -95,7 +95,7 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
             node, version, _ = inflight.pop(m.metadata.reply_to_message_id)
             base = fed.asyn.versions.release(version)
             if m.has_content():
-                fed.bytes_up += codec.wire_bytes(m)
+                fed.counters.received(codec.wire_bytes(m))
             checked = check_reply(fed, m, node)
             if isinstance(checked, str):
                 cur.failed[node] = checked

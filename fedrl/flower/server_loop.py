@@ -66,7 +66,7 @@ def plain_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str,
     if len(good) >= enough:
         fed.aggregate(good)
     else:
-        fed.env_steps += sum(r.env_steps for r in good)
+        fed.count_unused(good)
         log.warning("round %d: %d usable replies, fewer than min-train-nodes = %d; the model is unchanged",
                     rnd, len(good), cfg.min_train_nodes)
     return {
@@ -90,7 +90,7 @@ def run(grid: Grid, cfg: Config) -> Path:
         run_async(grid, fed, nm, folder, started)
     else:
         _run_rounds(grid, fed, nm, folder, started)
-    fed.wall_time_s += time.time() - started
+    fed.counters.ran(time.time() - started)
     finish(fed, folder)
     return folder.path
 
@@ -100,9 +100,9 @@ def _run_rounds(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, sta
     ahead = KeysAhead()  # public keys nodes made for their next secure session
     for rnd in range(fed.round + 1, cfg.num_server_rounds + 1):
         if not fed.budget_allows_next_round():
-            assert fed.privacy is not None and fed.ledger is not None
+            assert fed.privacy is not None and fed.dp is not None
             msg = (f"privacy budget: round {rnd} would take ε from {fed.epsilon():.3f} to "
-                   f"{fed.ledger.epsilon(fed.privacy.next_round_cost()):.3f} > {fed.privacy.budget:g} "
+                   f"{fed.dp.ledger.epsilon(fed.privacy.next_round_cost()):.3f} > {fed.privacy.budget:g} "
                    f"(δ = {fed.privacy.delta:g}); stopping after round {rnd - 1} with its model and results")
             log.warning(msg)
             print(msg, flush=True)
@@ -113,6 +113,6 @@ def _run_rounds(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, sta
         fields["aggregation_failed"] = fed.take_failure()  # why this round's aggregate was undone (None: it was not)
         if fed.privacy is not None:
             fields |= {"epsilon": fed.epsilon(), "delta": fed.privacy.delta, "clip_norm": clip}
-        fed.round = rnd
+        fed.completed(rnd)
         if end_round(fed, folder, started, t0, fields):
             break

@@ -56,7 +56,7 @@ def reap_late(grid: Grid, fed: Federation, nm: NodeMap) -> None:
     for m in grid.pull_messages(list(by_id)):
         node = by_id[m.metadata.reply_to_message_id]
         if m.has_content():
-            fed.bytes_up += codec.wire_bytes(m)
+            fed.counters.received(codec.wire_bytes(m))
         log.info("node %d's late reply arrived and was dropped (its round is over)", node)
         del nm.late[node]
     now = time.monotonic()
@@ -164,14 +164,14 @@ def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
     for wave in _waves(list(contents), nm):
         msgs = [Message(contents[n], dst_node_id=nm.supernode(n), message_type=mtype, group_id=str(rnd))
                 for n in wave]
-        fed.bytes_down += sum(codec.wire_bytes(m) for m in msgs)
+        fed.counters.sent(sum(codec.wire_bytes(m) for m in msgs))
         sent = list(grid.push_messages(msgs))
         t0 = time.monotonic()
         replies = _collect(grid, sent, timeout)
         for mid, node in zip(sent, wave, strict=True):
             r = replies.get(mid)
             if r is not None and r.has_content():
-                fed.bytes_up += codec.wire_bytes(r)
+                fed.counters.received(codec.wire_bytes(r))
             if r is None and deadline_s > 0:
                 nm.late[node] = (mid, t0)
             out[node] = r

@@ -56,7 +56,7 @@ def _play(fed: Scripted, folder: RunFolder, rounds: range) -> None:
     """Rounds as a run ends them; round r's model (every slot) is the constant r."""
     for rnd in rounds:
         fed.round = rnd
-        fed.models = [[np.full(w.shape, rnd, np.float32) for w in m] for m in fed.models]
+        fed.rule.models = [[np.full(w.shape, rnd, np.float32) for w in m] for m in fed.models]
         assert not end_round(fed, folder, time.time(), time.time(), {})
 
 

@@ -18,12 +18,14 @@ from typing import Any, Literal, get_args, get_type_hints
 import pytest
 from flwr.common.serde import recorddict_to_proto, user_config_to_proto
 
+from fedrl.algorithms.registry import names as algorithm_names
 from fedrl.cli import main, resolved_run_config
 from fedrl.config import DEFAULTS, Config
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs
 from fedrl.federation import Federation
 from fedrl.flower.codec import encode_plan
+from fedrl.rules.registry import names as rule_names
 from fedrl.validate import check
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +41,7 @@ FAMILIES = {  # env id -> variant parameters and a plausible range
 
 
 def _choices() -> dict[str, tuple[str, ...]]:
-    """Key -> allowed values of every Literal-typed key."""
+    """Key -> allowed values of every Literal-typed key, and of the keys a registry checks."""
     out = {}
     hints = get_type_hints(Config)
     for holder in [Config, *(hints[f.name] for f in dataclasses.fields(Config) if dataclasses.is_dataclass(hints[f.name]))]:
@@ -47,6 +49,8 @@ def _choices() -> dict[str, tuple[str, ...]]:
         for f in dataclasses.fields(holder):
             if "key" in f.metadata and getattr(types[f.name], "__origin__", None) is Literal:
                 out[f.metadata["key"]] = get_args(types[f.name])
+    out["strategy.name"] = rule_names()
+    out["algo.name"] = algorithm_names()
     return out
 
 

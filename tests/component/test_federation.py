@@ -102,7 +102,7 @@ def test_checkpoint_round_trip_and_refuses_a_changed_experiment() -> None:
     fed = _fed(**{"algo.norm-obs": "on"})
     g = fed.models[0]
     fed.aggregate([Reply(0, _shifted(g, 1.0), 256, Moments.of(np.ones((3, 4))), {})])
-    fed.round, fed.bytes_up = 3, 123
+    fed.round, fed.counters.bytes_up = 3, 123
     ck = snapshot(fed, 0.0)
     back = _fed(**{"algo.norm-obs": "on", "run-name": "elsewhere"})  # folder name may change
     restore(back, ck)

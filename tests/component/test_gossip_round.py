@@ -68,7 +68,7 @@ def test_gossip_on_the_complete_graph_is_fedavg() -> None:
     _rounds(mesh, [{} for _ in range(4)], 3)
     for m in mesh.node_models():
         np.testing.assert_allclose(flatten(m), flatten(star.models[0]), atol=1e-5)
-    assert mesh.consensus_distance() < 1e-5
+    assert mesh.rule.row_fields(mesh.round)["consensus_distance"] < 1e-5
     assert mesh.bytes_up == star.bytes_up == 0  # (bytes are counted by the Flower transport)
 
 
@@ -76,19 +76,19 @@ def test_ring_nodes_drift_apart_and_a_missed_reply_is_recovered() -> None:
     fed = Federation(from_run_config({**SMALL, **GOSSIP, "topology.graph": "ring"}))
     states: list[dict[str, np.ndarray]] = [{} for _ in range(4)]
     _rounds(fed, states, 1)
-    assert fed.consensus_distance() > 0
+    assert fed.rule.row_fields(fed.round)["consensus_distance"] > 0
     _rounds(fed, states, 1, fail=(2, 1))  # node 1 trained in round 2 but its reply was lost
-    assert fed.gossip is not None and fed.gossip.trained == [2, 1, 2, 2]
+    assert fed.rule.relay.trained == [2, 1, 2, 2]
     plan = fed.plan(1, 3)[1]
     assert isinstance(plan, Mix) and plan.own is not None and plan.own_round == 1  # sent back: it holds round 2's
     assert isinstance(fed.plan(0, 3)[1], Mix) and fed.plan(0, 3)[1].own is None  # type: ignore[union-attr]
     _rounds(fed, states, 1)
-    assert fed.gossip.trained == [3, 3, 3, 3]
+    assert fed.rule.relay.trained == [3, 3, 3, 3]
     # the checkpoint keeps which round each node's model is from
     again = Federation(fed.cfg)
     ck = snapshot(fed, 0.0)
     restore(again, Checkpoint(ck.meta, ck.arrays))
-    assert again.gossip is not None and again.gossip.trained == [3, 3, 3, 3]
+    assert again.rule.relay.trained == [3, 3, 3, 3]
     for a, b in zip(again.node_models(), fed.node_models(), strict=True):
         np.testing.assert_array_equal(flatten(a), flatten(b))
 

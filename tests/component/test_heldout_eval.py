@@ -47,7 +47,7 @@ def test_zero_held_out_adds_nothing() -> None:
 def test_the_exported_model_is_what_held_out_evaluation_scores(strategy: str) -> None:
     fed = _fed(**{"eval.held-out": 2, "strategy.name": strategy})
     rng = np.random.default_rng(0)
-    fed.models = [[rng.normal(size=w.shape).astype(np.float32) for w in m] for m in fed.models]
+    fed.rule.models = [[rng.normal(size=w.shape).astype(np.float32) for w in m] for m in fed.models]
     # local: no global model; node 0's model stands for the run (server_model(), saved as model.npz)
     expected = evaluate(fed.spec, fed.models[0], None, "CartPole-v1", fed.heldout, fed.kwargs, 1,
                         derive(fed.cfg.seed, HELDOUT))

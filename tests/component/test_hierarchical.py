@@ -40,13 +40,13 @@ def test_one_edge_with_a_cloud_round_every_round_is_fedavg() -> None:
 
 def test_edges_drift_apart_between_cloud_rounds_and_meet_at_them() -> None:
     fed = Federation(from_run_config({**SMALL, **HIER, "topology.edges": 2, "topology.cloud-every": 2}))
-    assert fed.edge_of == [0, 0, 0, 1, 1, 1]
+    assert fed.rule.edge_of == [0, 0, 0, 1, 1, 1]
     _rounds(fed, 1)
-    assert not np.array_equal(flatten(fed.models[0]), flatten(fed.models[1])) and fed.bytes_cloud == 0
+    assert not np.array_equal(flatten(fed.models[0]), flatten(fed.models[1])) and fed.rule.bytes_cloud == 0
     _rounds(fed, 1, first=2)  # round 2 is a cloud round: every edge takes the average
     np.testing.assert_array_equal(flatten(fed.models[0]), flatten(fed.models[1]))
     np.testing.assert_array_equal(flatten(fed.models[0]), flatten(fed.server_model()))
-    assert fed.bytes_cloud == 2 * 2 * 4 * fed.n_params
+    assert fed.rule.bytes_cloud == 2 * 2 * 4 * fed.n_params
 
 
 def test_edge_assignments() -> None:
@@ -101,7 +101,7 @@ def test_each_tier_uses_its_own_rule() -> None:
     # the cloud: with 3 edges and cloud-rule median, one wild edge does not move the cloud model
     three = Federation(from_run_config({**SMALL, **HIER, "topology.edges": 3, "topology.cloud-rule": "median"}))
     base = [flatten(m) for m in three.models]
-    three.models = [unflatten(b + np.float32(s), three.models[0]) for b, s in zip(base, (0.0, 0.1, 50.0), strict=True)]
+    three.rule.models = [unflatten(b + np.float32(s), three.models[0]) for b, s in zip(base, (0.0, 0.1, 50.0), strict=True)]
     np.testing.assert_allclose(flatten(three.server_model()) - base[0], 0.1, atol=1e-6)
 
 

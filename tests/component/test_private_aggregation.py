@@ -71,7 +71,7 @@ def test_the_ledger_survives_a_checkpoint() -> None:
     fed.round = 3
     back = _fed(**CENTRAL, **{"privacy.noise-multiplier": 1.3})
     restore(back, snapshot(fed, 0.0))
-    assert back.ledger is not None and back.ledger.steps == 3
+    assert back.dp is not None and back.dp.ledger.steps == 3
     assert back.epsilon() == fed.epsilon() == epsilon_after(1.3, 1.0, 3, 1e-5)
 
 
@@ -128,7 +128,7 @@ def test_distributed_dp_mean_from_a_ring_sum_is_noised_once_per_node_and_account
     mean = fed.distributed_mean(ring, 5, 1)
     noise = mean * 6 - np.sum(updates, axis=0)  # divided by the 6 selected
     assert noise.std() == pytest.approx(2.0 * d.l2 / d.scale * math.sqrt(5 / 4), rel=0.05)
-    assert fed.ledger is not None and fed.ledger.history == [(d.mu_with(5), 1.0, 1)]
+    assert fed.dp.ledger is not None and fed.dp.ledger.history == [(d.mu_with(5), 1.0, 1)]
     assert fed.epsilon() == skellam_epsilon([(d.mu * 5 / 4, 1)], d.l1, d.l2, 1e-5)
     ck = snapshot(fed, 0.0)
     again = Federation(from_run_config(over))

@@ -34,7 +34,8 @@ def _killed_run(tmp_path: Path, **over: Any) -> Path:
     fed = _fed(tmp_path, **over)
     folder = resolve_run_folder(fed)
     for rnd in (1, 2):
-        fed.round, fed.env_steps, fed.bytes_up, fed.bytes_down = rnd, 512 * rnd, 1000 * rnd, 2000 * rnd
+        fed.round = rnd
+        fed.counters.env_steps, fed.counters.bytes_up, fed.counters.bytes_down = 512 * rnd, 1000 * rnd, 2000 * rnd
         folder.append_metrics({"round": rnd, "env_steps": fed.env_steps})
     fed.models[0][0] = fed.models[0][0] + np.float32(0.25)  # a model that is not the initial one
     checkpoint.save(folder.path, snapshot(fed, 0.0))

@@ -39,6 +39,6 @@ def test_the_optimizer_state_survives_a_checkpoint() -> None:
     again = Federation(from_run_config(over))
     ck = snapshot(fed, 0.0)
     restore(again, Checkpoint(ck.meta, ck.arrays))
-    assert again.server_opt.steps == 2
-    np.testing.assert_array_equal(again.server_opt.v, fed.server_opt.v)
+    assert again.rule.optimizer.steps == 2
+    np.testing.assert_array_equal(again.rule.optimizer.v, fed.rule.optimizer.v)
     np.testing.assert_array_equal(_rounds(again, 1), _rounds(fed, 1))

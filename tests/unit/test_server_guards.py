@@ -142,11 +142,11 @@ def test_a_server_optimizer_keeps_its_state_when_the_step_is_undone(name: str) -
     fed = _fed(**{"strategy.name": name, "strategy.server-lr": 0.01})
     g = fed.models[0]
     fed.aggregate([Reply(0, _shifted(g, 0.1), 256, None, {})])
-    state = {k: v.copy() for k, v in fed.server_opt.to_arrays().items()}
+    state = {k: v.copy() for k, v in fed.rule.optimizer.to_arrays().items()}
     before = _copy(fed.models)
     fed.aggregate([Reply(0, _nan(g), 256, None, {}), Reply(1, _shifted(g, 0.1), 256, None, {})])
     assert _same(fed.models, before) and fed.take_failure() == f"{name} " + KEPT.format("global model")
-    after = fed.server_opt.to_arrays()
+    after = fed.rule.optimizer.to_arrays()
     assert all(np.array_equal(after[k], state[k]) for k in state)
 
 
@@ -189,7 +189,7 @@ def test_gossip_sends_a_restored_node_its_previous_model() -> None:
     fed.aggregate([Reply(1, _nan(before[1]), 256, None, {}), Reply(2, _shifted(before[2], 1.0), 256, None, {})], 1)
     fed.note_delivery(1, [1, 2], [])
     fed.round = 1
-    assert fed.gossip is not None and fed.gossip.trained == [0, 0, 1]
+    assert fed.rule.relay.trained == [0, 0, 1]
     assert _same([fed.models[1]], [before[1]])
     mix = fed.plan(1, 2)[1]
     assert isinstance(mix, Mix) and mix.own is not None and _same([mix.own], [before[1]])

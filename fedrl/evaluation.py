@@ -1,0 +1,62 @@
+"""Server-side evaluation of a federation's models, without Flower.
+
+Greedy policies on fixed-seed episodes (``fedrl.rl.evaluate``): the model the run stands for
+on every node's variant, each node's own model on its variant (``local``, gossip), every node's
+model on every variant (the cross table), and the ``eval.held-out`` variants no node trains on
+(episode seeds from ``(seed, HELDOUT)``, apart from the nodes' evaluation episodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fedrl.config import Config
+from fedrl.envs.spec import parse_kwargs
+from fedrl.experiment import heldout_variants_of, target_return
+from fedrl.rl.evaluate import evaluate
+from fedrl.rl.normalize import Moments
+from fedrl.seeding import HELDOUT, derive
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from fedrl.rl.networks import PolicySpec
+
+Model = list[np.ndarray]
+
+
+class Evaluation:
+    def __init__(self, cfg: Config, spec: PolicySpec, variants: list[dict[str, float]],
+                 make_model: Callable[[PolicySpec], nn.Module]) -> None:
+        self.cfg, self.spec, self.variants, self.make_model = cfg, spec, variants, make_model
+        self.heldout = heldout_variants_of(cfg, variants)  # eval.held-out: no node trains on these
+        self.kwargs: dict[str, object] = dict(parse_kwargs(cfg.env.kwargs))
+        self.target = target_return(cfg)
+
+    def _run(self, model: Model, moments: Moments | None, variants: list[dict[str, float]], seed: int,
+             nodes: list[int] | None = None) -> list[float]:
+        c = self.cfg
+        return evaluate(self.spec, model, moments, c.env.id, variants, self.kwargs, c.eval.episodes, seed,
+                        nodes=nodes, make_model=self.make_model)
+
+    def on_variants(self, model: Model, moments: Moments | None) -> list[float]:
+        """``model`` on every node's variant."""
+        return self._run(model, moments, self.variants, self.cfg.seed)
+
+    def each_own(self, models: list[Model], moments: list[Moments | None]) -> list[float]:
+        """Node i's model on variant i."""
+        return [self._run(models[i], moments[i], [v], self.cfg.seed, nodes=[i])[0]
+                for i, v in enumerate(self.variants)]
+
+    def cross(self, models: list[Model], moments: list[Moments | None]) -> list[list[float]]:
+        """Row i: node i's model on every variant."""
+        return [self.on_variants(models[i], moments[i]) for i in range(len(models))]
+
+    def on_heldout(self, model: Model, moments: Moments | None) -> list[float]:
+        """``model`` on each held-out variant ([] when ``eval.held-out`` is 0)."""
+        if not self.heldout:
+            return []
+        return self._run(model, moments, self.heldout, derive(self.cfg.seed, HELDOUT))

@@ -1,0 +1,1 @@
+"""Server rules behind one interface (``base.ServerRule``), registered by name (``registry``)."""

@@ -1,0 +1,91 @@
+"""Rules with one model per node and no global model: ``local`` (each node keeps exactly what
+it trained; the no-federation baseline) and gossip (each node mixes its model with its
+neighbours' over ``topology.graph``, the ServerApp relaying the models: ``fedrl.topology.gossip``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fedrl.compression.downlink import Broadcaster, Downlink
+from fedrl.rules.base import Model, RuleSetup, Saved, ServerRule, Update
+from fedrl.topology.gossip import Mix, Relay, consensus_distance
+from fedrl.topology.hierarchy import cloud_average
+
+
+class Local(ServerRule):
+    """No aggregation: a node's next model is exactly what it trained (no server step)."""
+
+    per_node = True
+
+    def __init__(self, setup: RuleSetup) -> None:
+        super().__init__(setup, slots=setup.cfg.nodes.count)
+
+    def slot(self, node: int) -> int:
+        return node
+
+    def aggregate(self, updates: list[Update], rnd: int) -> None:
+        for u in updates:
+            self.models[u.node] = u.trained()
+            self.merge_moments(u.node, [u.reply])
+
+    def restore(self, saved: Saved, broken: list[int]) -> None:
+        """Per-node models are independent: only the broken ones go back."""
+        for s in broken:
+            self.models[s] = list(saved.models[s])
+            self.moments[s] = saved.moments[s]
+
+
+class Gossip(Local):
+    """Decentralized averaging: what a node trains from is its own last model mixed with its
+    neighbours' (Metropolis-Hastings weights); the run stands for the nodes' plain average."""
+
+    def __init__(self, setup: RuleSetup) -> None:
+        super().__init__(setup)
+        t, cfg = setup.cfg.topology, setup.cfg
+        self.relay = Relay(t.graph, cfg.nodes.count, t.degree, cfg.seed)
+
+    def label(self) -> str:
+        return "gossip"
+
+    def node_models(self, rnd: int) -> list[Model]:
+        return self.relay.mixed(rnd, self.models)
+
+    def server_model(self, rnd: int) -> Model:
+        return cloud_average(self.node_models(rnd), [1.0] * len(self.models))
+
+    def row_fields(self, rnd: int) -> dict[str, Any]:
+        """How far the nodes' models are from their average (Koloskova et al., ICML 2020)."""
+        return {"consensus_distance": consensus_distance(self.node_models(rnd))}
+
+    def summary_fields(self, rnd: int) -> dict[str, Any]:
+        return self.row_fields(rnd)
+
+    def downlink(self, node: int, rnd: int, casts: list[Broadcaster], held: int | None) -> Downlink | Mix:
+        return self.relay.plan(node, rnd, self.models, held)
+
+    def aggregate(self, updates: list[Update], rnd: int) -> None:
+        super().aggregate(updates, rnd)
+        for u in updates:
+            self.relay.trained[u.node] = rnd
+
+    def state_dict(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        meta, arrays = super().state_dict()
+        return {**meta, "gossip_trained": list(self.relay.trained)}, arrays
+
+    def load_state_dict(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(meta, arrays)
+        self.relay.trained = [int(x) for x in meta["gossip_trained"]]
+
+    def save(self) -> Saved:
+        saved = super().save()
+        return Saved(saved.models, saved.moments, {**saved.extra, "trained": list(self.relay.trained)})
+
+    def restore(self, saved: Saved, broken: list[int]) -> None:
+        """A restored node's model is again from the round it was before, so the next plan sends
+        it that model instead of letting the node keep the one it trained."""
+        super().restore(saved, broken)
+        for s in broken:
+            self.relay.trained[s] = saved.extra["trained"][s]
