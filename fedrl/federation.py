@@ -1,23 +1,16 @@
 """The server side of a federation, without Flower: a thin coordinator of its components.
 
-``Federation`` holds the run's components and moves data between them; it makes no
-aggregation decision itself:
+``Federation`` moves data between its components and makes no aggregation decision itself:
+the **server rule** (``fedrl.rules``: the models it keeps, their observation statistics, its
+server step; central DP wraps it), **selection** (``fedrl.selection``), **compression** (the
+uplink stage and EF21's memory decode replies; one downlink broadcaster per model slot),
+**privacy** (``fedrl.privacy.server``), **evaluation** (``fedrl.evaluation``) and the run's
+**counters**. The Flower loops in ``fedrl.flower`` only move its plans and replies over the
+wire; the checkpoint is the union of the components' states (``fedrl.snapshot``).
 
-- the **server rule** (``fedrl.rules``): the models it keeps (one global model, one per edge or
-  per node), their observation statistics and its server step; central DP wraps it;
-- **selection** (``fedrl.selection``): which nodes train each round;
-- **compression**: the uplink stage and EF21's server memory decode replies, the downlink
-  broadcasters (one per model slot) encode what nodes are sent;
-- **privacy** (``fedrl.privacy.server``): DP noise, clipping and the ledger;
-- **evaluation** (``fedrl.evaluation``) and the run's counters.
-
-The Flower loops in ``fedrl.flower`` only move its plans and replies over the wire; the
-checkpoint is the union of the components' states (``state_dict``).
-
-Observation normalization federates as pooled statistics: every node trains with the
-server's statistics merged with what it sees during the round, and reports only the moments
-of that round's observations; the rule merges them exactly (``Moments.merge``) into the
-statistics it broadcasts next round and evaluates with.
+Observation normalization federates as pooled statistics: nodes train with the server's
+statistics merged with what they see, report only this round's moments, and the rule merges
+them exactly (``Moments.merge``) into what it broadcasts next round and evaluates with.
 """
 
 from __future__ import annotations
@@ -116,22 +109,6 @@ class Federation:
     @property
     def target(self) -> float | None:
         return self.evaluation.target
-
-    @property
-    def env_steps(self) -> int:
-        return self.counters.env_steps
-
-    @property
-    def bytes_up(self) -> int:
-        return self.counters.bytes_up
-
-    @property
-    def bytes_down(self) -> int:
-        return self.counters.bytes_down
-
-    @property
-    def wall_time_s(self) -> float:
-        return self.counters.wall_time_s
 
     @property
     def clip(self) -> float:

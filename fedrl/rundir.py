@@ -79,9 +79,9 @@ def end_round(fed: Federation, folder: RunFolder, started: float, round_started:
     due = rnd == cfg.num_server_rounds or (cfg.eval.every > 0 and rnd % cfg.eval.every == 0)
     evals = fed.evaluate_own() if due else []
     row: dict[str, Any] = {
-        "round": rnd, "wall_time_s": fed.wall_time_s + time.time() - started,
-        "round_time_s": time.time() - round_started, "env_steps": fed.env_steps,
-        "bytes_up": fed.bytes_up, "bytes_down": fed.bytes_down, **fields,
+        "round": rnd, "wall_time_s": fed.counters.wall_time_s + time.time() - started,
+        "round_time_s": time.time() - round_started, "env_steps": fed.counters.env_steps,
+        "bytes_up": fed.counters.bytes_up, "bytes_down": fed.counters.bytes_down, **fields,
     }
     row |= fed.rule.row_fields(rnd)  # hierarchical: bytes_cloud; gossip: consensus_distance
     if evals:
@@ -134,10 +134,10 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
     best = folder.best
     summary: dict[str, Any] = {
         "rounds_completed": fed.round,
-        "env_steps_total": fed.env_steps,
-        "wall_time_s": fed.wall_time_s,
-        "bytes_up_total": fed.bytes_up,
-        "bytes_down_total": fed.bytes_down,
+        "env_steps_total": fed.counters.env_steps,
+        "wall_time_s": fed.counters.wall_time_s,
+        "bytes_up_total": fed.counters.bytes_up,
+        "bytes_down_total": fed.counters.bytes_down,
         "eval": [{"node": i, "params": v, "mean_return": r} for i, (v, r) in enumerate(zip(fed.variants, returns, strict=True))],
         "eval_mean_return": float(np.mean(returns)),
         "eval_min_return": float(np.min(returns)),

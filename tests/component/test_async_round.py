@@ -38,7 +38,7 @@ def test_fedbuff_with_k_equal_n_and_no_staleness_is_fedavg() -> None:
         assert applied == [(0, 0), (1, 0), (2, 0), (3, 0)]
         buff.round = rnd
     np.testing.assert_array_equal(flatten(buff.models[0]), flatten(star.models[0]))
-    assert buff.env_steps == star.env_steps
+    assert buff.counters.env_steps == star.counters.env_steps
 
 
 def test_a_stale_fedbuff_update_counts_less() -> None:

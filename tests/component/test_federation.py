@@ -35,7 +35,7 @@ def test_weighted_by_env_steps_with_server_lr(name: str) -> None:
     fed.aggregate([Reply(0, _shifted(g, 1.0), 100, None, {}), Reply(2, _shifted(g, 4.0), 300, None, {})])
     for new, old in zip(fed.models[0], g, strict=True):
         np.testing.assert_allclose(new - old, 1.625, rtol=0, atol=1e-6)
-    assert fed.env_steps == 400
+    assert fed.counters.env_steps == 400
 
 
 def test_fedprox_plans_carry_mu_and_fedavg_does_not() -> None:
@@ -90,7 +90,7 @@ def test_centralized_writes_a_run_folder(tmp_path: Path) -> None:
     cfg = from_run_config({**SMALL, "num-server-rounds": 2, "output-dir": str(tmp_path), "run-name": "c"})
     fed = run_centralized(cfg)
     summary = json.loads((tmp_path / "c" / "summary.json").read_text())
-    assert summary["rounds_completed"] == 2 and summary["env_steps_total"] == 2 * 3 * 256 == fed.env_steps
+    assert summary["rounds_completed"] == 2 and summary["env_steps_total"] == 2 * 3 * 256 == fed.counters.env_steps
     assert len(summary["eval"]) == 3
     rows = (tmp_path / "c" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2
@@ -106,7 +106,7 @@ def test_checkpoint_round_trip_and_refuses_a_changed_experiment() -> None:
     ck = snapshot(fed, 0.0)
     back = _fed(**{"algo.norm-obs": "on", "run-name": "elsewhere"})  # folder name may change
     restore(back, ck)
-    assert (back.round, back.env_steps, back.bytes_up) == (3, 256, 123)
+    assert (back.round, back.counters.env_steps, back.counters.bytes_up) == (3, 256, 123)
     np.testing.assert_array_equal(back.models[0][0], fed.models[0][0])
     assert back.moments[0] is not None and back.moments[0].count == 3
     with pytest.raises(ConfigError, match="resume: .*ppo.lr"):

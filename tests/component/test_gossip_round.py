@@ -69,7 +69,7 @@ def test_gossip_on_the_complete_graph_is_fedavg() -> None:
     for m in mesh.node_models():
         np.testing.assert_allclose(flatten(m), flatten(star.models[0]), atol=1e-5)
     assert mesh.rule.row_fields(mesh.round)["consensus_distance"] < 1e-5
-    assert mesh.bytes_up == star.bytes_up == 0  # (bytes are counted by the Flower transport)
+    assert mesh.counters.bytes_up == star.counters.bytes_up == 0  # (bytes are counted by the Flower transport)
 
 
 def test_ring_nodes_drift_apart_and_a_missed_reply_is_recovered() -> None:

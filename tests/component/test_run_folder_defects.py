@@ -36,7 +36,7 @@ def _killed_run(tmp_path: Path, **over: Any) -> Path:
     for rnd in (1, 2):
         fed.round = rnd
         fed.counters.env_steps, fed.counters.bytes_up, fed.counters.bytes_down = 512 * rnd, 1000 * rnd, 2000 * rnd
-        folder.append_metrics({"round": rnd, "env_steps": fed.env_steps})
+        folder.append_metrics({"round": rnd, "env_steps": fed.counters.env_steps})
     fed.models[0][0] = fed.models[0][0] + np.float32(0.25)  # a model that is not the initial one
     checkpoint.save(folder.path, snapshot(fed, 0.0))
     return folder.path
@@ -55,7 +55,7 @@ def test_a_torn_last_metrics_line_is_skipped_with_a_warning_and_dropped(tmp_path
         fh.write('{"round": 3, "env_st')  # killed during round 3's append, before its checkpoint
     with caplog.at_level(logging.WARNING, logger="fedrl"):
         fed = _resume(tmp_path)
-    assert fed.round == 2 and fed.env_steps == 1024
+    assert fed.round == 2 and fed.counters.env_steps == 1024
     torn = f"{path / METRICS}: line 3 is torn (a write cut short); skipping it"
     assert [r.getMessage() for r in caplog.records] == [torn]
     assert (path / METRICS).read_text() == '{"round": 1, "env_steps": 512}\n{"round": 2, "env_steps": 1024}\n'
@@ -143,7 +143,7 @@ def test_observation_statistics_with_a_negative_count_are_refused(tmp_path: Path
 def test_the_untampered_checkpoint_resumes(tmp_path: Path) -> None:
     _killed_run(tmp_path)
     fed = _resume(tmp_path)
-    assert (fed.round, fed.env_steps, fed.bytes_up, fed.bytes_down) == (2, 1024, 2000, 4000)
+    assert (fed.round, fed.counters.env_steps, fed.counters.bytes_up, fed.counters.bytes_down) == (2, 1024, 2000, 4000)
     np.testing.assert_array_equal(fed.models[0][0], _fed(tmp_path).models[0][0] + np.float32(0.25))
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from fedrl.config import DEFAULTS, HELP, Config, ConfigError, from_run_config, to_flat
-from fedrl.validate import check
 from fedrl.rl.train import batch_steps, iterations_per_round
+from fedrl.validate import check
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -58,7 +58,7 @@ def test_a_report_above_the_plan_is_refused_and_fewer_steps_weigh_what_they_repo
     fed.aggregate([Reply(0, _shifted(g, 1.0), 64, None, {}), Reply(1, _shifted(g, 5.0), 192, None, {})])
     for new, old in zip(fed.models[0], g, strict=True):
         np.testing.assert_allclose(new - old, 2.0, rtol=0, atol=1e-6)
-    assert fed.env_steps == 256 and fed.take_failure() is None
+    assert fed.counters.env_steps == 256 and fed.take_failure() is None
 
 
 # --- observation statistics --------------------------------------------------------------------
@@ -131,7 +131,7 @@ def test_star_fedavg_undoes_an_overflowing_mean_bit_for_bit_and_goes_on() -> Non
     assert _same(fed.models, before)
     assert fed.take_failure() == "fedavg " + KEPT.format("global model")
     assert fed.take_failure() is None
-    assert fed.env_steps == 512  # the work was done; only its result is refused
+    assert fed.counters.env_steps == 512  # the work was done; only its result is refused
     fed.aggregate([Reply(0, _shifted(g, 1.0), 256, None, {})])  # the next round goes on
     np.testing.assert_allclose(flatten(fed.models[0]) - flatten(g), 2.0, atol=1e-6)
     assert fed.take_failure() is None
@@ -220,7 +220,7 @@ def test_asynchronous_rules_are_guarded(name: str) -> None:
     else:  # each update mixes at once: the NaN one is undone, the honest one applies
         assert fed.take_failure() == "fedasync " + KEPT.format("global model")
         np.testing.assert_allclose(flatten(fed.models[0]) - flatten(base), 0.06, rtol=1e-4)
-    assert fed.env_steps == 512
+    assert fed.counters.env_steps == 512
 
 
 def test_secure_aggregation_mean_is_guarded() -> None:
@@ -228,7 +228,7 @@ def test_secure_aggregation_mean_is_guarded() -> None:
     before = _copy(fed.models)
     fed.aggregate_mean(np.full(fed.n_params, np.inf, np.float32), 2.0)
     assert _same(fed.models, before) and fed.take_failure() == "secure aggregation " + KEPT.format("global model")
-    assert fed.env_steps == 512
+    assert fed.counters.env_steps == 512
     fed.aggregate_mean(flatten(_shifted(unflatten(np.zeros(fed.n_params, np.float32), before[0]), 0.5)), 1.0)
     np.testing.assert_allclose(flatten(fed.models[0]) - flatten(before[0]), 1.0, atol=1e-6)
 
