@@ -10,11 +10,14 @@ rollout does, once per distinct variant, and names the key to change.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
+from fedrl.algorithms.registry import get as algorithm
 from fedrl.config import Config
 from fedrl.envs.make import make_env
 from fedrl.errors import ConfigError
@@ -64,12 +67,13 @@ def check_environments(cfg: Config, variants: list[dict[str, float]], kwargs: di
     except ValueError as err:
         raise ConfigError("env.id", f"{cfg.env.id}: {err}; fedrl's policy needs flat Box observations and "
                                     "Discrete or Box actions") from None
-    check_policy_size(spec)
+    check_policy_size(spec, algorithm(cfg.algo.name).make_model)
     return spec
 
 
-def check_policy_size(spec: PolicySpec) -> int:
-    """The policy's parameter count, computed without allocating (torch's meta device).
+def check_policy_size(spec: PolicySpec, make_model: Callable[[PolicySpec], nn.Module] = ActorCritic) -> int:
+    """The parameter count of ``make_model(spec)`` (the algorithm's), computed without allocating
+    (torch's meta device).
 
     Raises:
         ConfigError: ``algo.hidden`` when it exceeds ``MAX_POLICY_PARAMS``.
@@ -77,7 +81,7 @@ def check_policy_size(spec: PolicySpec) -> int:
     # bounds first: the meta device allocates nothing but still builds one module per layer
     if len(spec.hidden) <= MAX_LAYERS and max(spec.hidden) <= MAX_POLICY_PARAMS:
         with torch.device("meta"):
-            n = sum(p.numel() for p in ActorCritic(spec).parameters())
+            n = sum(p.numel() for p in make_model(spec).parameters())
         if n <= MAX_POLICY_PARAMS:
             return n
         size = f"{n} parameters"
