@@ -21,8 +21,10 @@ from fedrl.flower import secure_codec as sc
 from fedrl.flower.codec import PUBLIC_METRICS, REPORTED_METRICS, WireError
 from fedrl.privacy.noise import private_rng
 from fedrl.privacy.plan import PrivacyPlan
-from fedrl.secagg import ClientSession, Keys, Params, make_params
+from fedrl.secagg.client import ClientSession
 from fedrl.secagg.crypto import KEY_BYTES, KeyPair
+from fedrl.secagg.messages import Keys
+from fedrl.secagg.params import Params, make_params
 from fedrl.seeding import SECAGG, derive
 
 _KEY = "fedrl.secagg"
