@@ -86,7 +86,8 @@ def reinforce() -> Iterator[None]:
     unregister("reinforce")
 
 
-def test_a_registered_algorithm_trains_a_compressed_private_federation(reinforce: None, task: None) -> None:
+@pytest.mark.usefixtures("task")
+def test_a_registered_algorithm_trains_a_compressed_private_federation(reinforce: None) -> None:
     check(RUN)  # the whole config, cross-key checks included, passes with the new name
     fed = Federation(from_run_config(RUN))
     assert fed.names == ["logits.weight", "logits.bias"]  # the algorithm's model, not PPO's

@@ -61,7 +61,8 @@ def test_a_registered_rule_steps_with_its_own_mean(equal_weight: None) -> None:
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_registered_rule_runs_rounds_through_the_client(equal_weight: None, task: None) -> None:
+@pytest.mark.usefixtures("task")
+def test_a_registered_rule_runs_rounds_through_the_client(equal_weight: None) -> None:
     check(RUN)
     fed = Federation(from_run_config(RUN))
     start = [w.copy() for w in fed.models[0]]
