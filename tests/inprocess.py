@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
@@ -43,7 +44,10 @@ def run_rounds(fed: Federation, run_config: dict[str, Any], rounds: int) -> list
             ctx = Context(run_id=5, node_id=9 + node, node_config={"partition-id": node, "num-partitions":
                           fed.cfg.nodes.count}, state=states[node], run_config=full)
             plan = Message(codec.encode_plan(*fed.plan(node, rnd)), dst_node_id=9 + node, message_type=codec.TRAIN)
-            checked = check_reply(fed, handle_train(plan, ctx), node)
+            threads = torch.get_num_threads()
+            reply = handle_train(plan, ctx)  # sets the node's torch threads (1), as a SuperNode would
+            torch.set_num_threads(threads)  # ... but this process is also the server
+            checked = check_reply(fed, reply, node)
             if isinstance(checked, str):
                 bad[node] = checked
             else:

@@ -118,10 +118,11 @@ class DPSGDStep:
         self.hp, self.dp, self.accountant = hp, dp, accountant
         self.q = 1.0 / hp.num_minibatches
         self.gsm = GradSampleModule(model, loss_reduction="mean")
+        noise_gen = torch.Generator().manual_seed(secrets.randbits(63))
         self.sample_gen = torch.Generator().manual_seed(secrets.randbits(63))
         self.dpo = DPOptimizer(optimizer, noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.clip,
                                expected_batch_size=max(1, round(segments * self.q)), loss_reduction="mean",
-                               generator=torch.Generator().manual_seed(secrets.randbits(63)))
+                               generator=noise_gen)
 
     def close(self) -> None:
         self.gsm._close()  # remove Opacus' hooks: the model is plain again
