@@ -1,0 +1,106 @@
+"""Server rules and topologies: what each aggregates, and so what it cannot combine with."""
+
+from __future__ import annotations
+
+from fedrl.aggregation.asynchronous import ASYNC_RULES
+from fedrl.aggregation.robust import ROBUST_RULES
+from fedrl.aggregation.server_opt import OPTIMIZERS
+from fedrl.compat import Feature, Rule, setting
+from fedrl.config import SERVER_LR_END
+
+_SERVER_OPTIMIZERS = tuple(o for o in OPTIMIZERS if o != "fedavg")
+_BEYOND_FEDPROX = ("server-optimizer", "robust-rule", "asynchronous-rule", "local")  # every strategy.name but these two
+
+# strategy.name = fedavg is the default and the baseline: every feature combines with it.
+STRATEGIES = (
+    setting("fedprox", "strategy.name", "fedprox"),
+    setting("server-optimizer", "strategy.name", *_SERVER_OPTIMIZERS),
+    setting("local", "strategy.name", "local"),
+    setting("fedasync", "strategy.name", "fedasync"),
+)
+
+
+def _unless(topology: str, why: str, features: tuple[str, ...], key: str) -> Rule:
+    return Rule(features, key, why, lambda cfg: f"topology.name = {topology} does not combine with {key} yet: {why}")
+
+
+def _asynchronous(features: tuple[str, ...], key: str, why: str) -> Rule:
+    return Rule(features, key, why,
+                lambda cfg: f"strategy.name = {cfg.strategy.name} does not combine with {key}: {why}")
+
+
+_GOSSIP_CLEAR = ("nodes exchange full float32 models in the clear, and per-node observation statistics are not "
+                 "mixed")
+_EDGES_CLEAR = "it aggregates per edge in the clear, with per-edge observation statistics left out"
+
+AGGREGATION = (
+    setting("robust-rule", "strategy.name", *ROBUST_RULES, excludes=(Rule(
+        ("privacy",), "strategy.name", "the noise is calibrated to the sensitivity of a sum, not of a robust rule",
+        lambda cfg: f"{cfg.strategy.name} with privacy.mode = {cfg.privacy.mode}: the noise is calibrated to the "
+                    "sensitivity of a sum, not of a robust rule"),)),
+    setting("gossip", "topology.name", "gossip", excludes=(
+        Rule(_BEYOND_FEDPROX, "strategy.name", "there is no server model to step or robustly aggregate; nodes mix "
+             "with Metropolis-Hastings weights",
+             lambda cfg: f"topology.name = gossip with strategy.name = {cfg.strategy.name}: there is no server model "
+                         "to step or robustly aggregate; nodes mix with Metropolis-Hastings weights (use fedavg, or "
+                         "fedprox for its local term)"),
+        Rule(("partial-rounds",), "fraction-train", "gossip trains and mixes every node every round",
+             lambda cfg: f"topology.name = gossip trains and mixes every node every round; fraction-train = "
+                         f"{cfg.fraction_train:g} selects only {cfg.nodes_per_round} of {cfg.nodes.count}"),
+        _unless("gossip", _GOSSIP_CLEAR, ("secagg",), "secagg.enabled"),
+        _unless("gossip", _GOSSIP_CLEAR, ("privacy",), "privacy.mode"),
+        _unless("gossip", _GOSSIP_CLEAR, ("uplink-compression",), "compression.up"),
+        _unless("gossip", _GOSSIP_CLEAR, ("downlink-compression",), "compression.down"),
+        _unless("gossip", _GOSSIP_CLEAR, ("norm-obs",), "algo.norm-obs"),
+    )),
+    setting("hierarchical", "topology.name", "hierarchical", excludes=(
+        Rule(_BEYOND_FEDPROX, "strategy.name", "edges and cloud average (FedAvg with strategy.server-lr)",
+             lambda cfg: f"topology.name = hierarchical with strategy.name = {cfg.strategy.name}: edges and cloud "
+                         "average (FedAvg with strategy.server-lr); use fedavg or fedprox"),
+        _unless("hierarchical", _EDGES_CLEAR, ("secagg",), "secagg.enabled"),
+        _unless("hierarchical", _EDGES_CLEAR, ("privacy",), "privacy.mode"),
+        _unless("hierarchical", _EDGES_CLEAR, ("norm-obs",), "algo.norm-obs"),
+    )),
+    setting("asynchronous-rule", "strategy.name", *ASYNC_RULES, excludes=(
+        _asynchronous(("fraction-train",), "fraction-train", "asynchronous rules dispatch every idle node (bound it "
+                      "with strategy.concurrency)"),
+        _asynchronous(("round-robin-selection", "deadline-selection"), "selection.name", "asynchronous rules "
+                      "dispatch nodes as they become idle, not by a per-round selection"),
+        _asynchronous(("secagg",), "secagg.enabled", "secure aggregation needs a round's nodes to finish together"),
+        _asynchronous(("privacy",), "privacy.mode", "DP accounting here assumes synchronous rounds"),
+        _asynchronous(("uplink-compression",), "compression.up", "compressed uplinks are not combined with "
+                      "asynchronous rules yet"),
+        _asynchronous(("downlink-compression",), "compression.down", "compressed downlinks are not combined with "
+                      "asynchronous rules yet"),
+        _asynchronous(("hierarchical", "gossip"), "topology.name", "asynchronous rules step one server model"),
+    )),
+    setting("deadline-selection", "selection.name", "deadline", requires=(Rule(
+        ("round-deadline",), "round.deadline-s", "it learns which nodes miss the deadline",
+        lambda cfg: "selection.name = deadline learns which nodes miss the deadline; set round.deadline-s > 0"),)),
+    Feature("round-deadline", "round.deadline-s", "round.deadline-s > 0", lambda cfg: cfg.round.deadline_s > 0,
+            excludes=(
+                Rule(("secagg",), "round.deadline-s", "secure aggregation already treats a late node as a dropout at "
+                     "its stage",
+                     lambda cfg: "round.deadline-s with secagg.enabled is not supported: secure aggregation already "
+                                 "treats a late node as a dropout at its stage"),
+                Rule(("asynchronous-rule",), "round.deadline-s", "there are no rounds to be late for",
+                     lambda cfg: f"strategy.name = {cfg.strategy.name} has no rounds to be late for; round.timeout-s "
+                                 "bounds a node's silence"),
+            )),
+)
+
+
+def _no_server_step(feature: str, which: str) -> Rule:
+    return Rule((feature,), "strategy.server-lr-end", "there is no server step to anneal",
+                lambda cfg: f"anneals the server's step, but {which} has none; leave it at -1")
+
+
+SCHEDULE = (
+    Feature("server-lr-schedule", "strategy.server-lr-end",
+            f"strategy.server-lr-end is neither -1 nor the default {SERVER_LR_END:g}",
+            lambda cfg: cfg.strategy.server_lr_end >= 0 and cfg.strategy.server_lr_end != SERVER_LR_END, excludes=(
+                _no_server_step("local", "strategy.name = local"),
+                _no_server_step("fedasync", "strategy.name = fedasync (it mixes, no server step)"),
+                _no_server_step("gossip", "topology.name = gossip (nodes step themselves)"),
+            )),
+)

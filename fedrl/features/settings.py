@@ -1,0 +1,43 @@
+"""Settings other features' rules refer to, with no rules of their own; what they read."""
+
+from __future__ import annotations
+
+from fedrl.compat import Feature, setting, value
+from fedrl.config import Config, norm_on
+
+NORM_OBS_ON = "observation normalization on (algo.norm-obs; auto is on for continuous actions)"
+
+
+def _continuous(cfg: Config) -> bool:
+    import gymnasium as gym
+
+    from fedrl.envs.make import make_env  # here: it loads torch, which check --list does not need
+    from fedrl.envs.spec import parse_kwargs
+
+    env = make_env(cfg.env.id, {}, dict(parse_kwargs(cfg.env.kwargs)))
+    try:
+        return isinstance(env.action_space, gym.spaces.Box)
+    finally:
+        env.close()
+
+
+def _normalizes(key: str) -> Feature:
+    """``algo.norm-obs``/``algo.norm-reward`` on (``auto`` builds the env: on for continuous actions)."""
+    return Feature(key.removeprefix("algo."), key, f"{key} = on, or auto with continuous actions",
+                   lambda cfg: norm_on(value(cfg, key), value(cfg, key) == "auto" and _continuous(cfg)))
+
+
+SETTINGS = (
+    Feature("uplink-compression", "compression.up", "compression.up is not none",
+            lambda cfg: cfg.compression.up != "none"),
+    Feature("downlink-compression", "compression.down", "compression.down is not none",
+            lambda cfg: cfg.compression.down != "none"),
+    setting("error-feedback", "compression.error-feedback", "on"),
+    setting("ef21", "compression.error-feedback", "ef21"),
+    _normalizes("algo.norm-obs"),
+    _normalizes("algo.norm-reward"),
+    Feature("fraction-train", "fraction-train", "fraction-train < 1", lambda cfg: cfg.fraction_train < 1),
+    Feature("partial-rounds", "fraction-train", "fewer than nodes.count nodes train each round (fraction-train, "
+            "min-train-nodes)", lambda cfg: cfg.nodes_per_round < cfg.nodes.count),
+    setting("round-robin-selection", "selection.name", "round-robin"),
+)
