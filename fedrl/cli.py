@@ -1,7 +1,8 @@
 """``fedrl``: check a run config before Flower sees it, then hand over to ``flwr run``.
 
     fedrl check [APP] [--run-config ...]     only the checks (exit 2 on a bad config)
-    fedrl check --list                       every key with its default and help
+    fedrl check --list                       every key with its default and help, then which
+                                             features combine (requires, excludes, why)
     fedrl run [APP] [SUPERLINK] [flwr run options]   check, then `flwr run ... --stream`
     fedrl central [APP] [--run-config ...]   the centralized baseline, no Flower
     fedrl export RUN_DIR [--which best|final] [--format torchscript|onnx] [--out DIR]
@@ -87,8 +88,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "check" and "--list" in rest:
+        from fedrl.compat import table
+        from fedrl.features import FEATURES
+
         for k, v in DEFAULTS.items():
             print(f"{k:<24} {v!r:<28} {HELP[k]}")
+        print()
+        print("\n".join(table(FEATURES)))
         return 0
     if cmd == "export":
         return _export(rest)
