@@ -150,7 +150,7 @@ def from_run_config(run_config: Mapping[str, Any]) -> Config:
     """Parse Flower's flat run config (missing keys take defaults) into a ``Config``.
 
     Checks each value on its own here; cross-key and environment checks (env ids, variant
-    parameters, impossible combinations) are in ``fedrl.validate.validate``.
+    parameters, impossible combinations) are in ``fedrl.validate.check``.
     """
     for key, raw in run_config.items():
         if key not in DEFAULTS:
