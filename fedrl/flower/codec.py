@@ -1,10 +1,13 @@
-"""Wire format: typed fedrl values <-> Flower records. The only module with message keys.
+"""Wire format: typed fedrl values <-> Flower records. The message keys live here (and the secure
+stages' in ``secure_codec``).
 
 Weights travel as ``ArrayRecord``s (NumPy ``.npy`` bytes), scalars as ``ConfigRecord``s, and a
-compressed payload as one uint8 blob. Nothing is pickled. A node's reply is decoded by
-``fedrl.flower.safe_arrays``' checked rules against the server's ``Layout`` (allow-listed dtypes,
-the expected shapes before any allocation, a payload size bounded by the model). ``wire_bytes`` measures what actually crosses the wire: the deflated bytes of every
-object in the message's object tree, the unit Flower 1.42 transfers.
+compressed payload as one uint8 blob. Nothing is pickled. Fields are read by the typed readers of
+``fedrl.flower.record_fields``; a node's reply is decoded by ``fedrl.flower.safe_arrays``' checked
+rules against the server's ``Layout`` (allow-listed dtypes, the expected shapes before any
+allocation, a payload size bounded by the model). ``wire_bytes`` measures what actually crosses
+the wire: the deflated bytes of every object in the message's object tree, the unit Flower 1.42
+transfers.
 """
 
 from __future__ import annotations
@@ -17,14 +20,20 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from fedrl.compression.base import Compressed
 from fedrl.compression.downlink import Downlink
-from fedrl.compression.framing import Frame, frame, unframe
-from fedrl.flower.safe_arrays import RAW_STYPE, WireError, decode_arrays, decode_blob  # callers use codec.WireError
-from fedrl.rl.normalize import Moments
-from fedrl.rl.train import LocalPlan, NodeState
+from fedrl.flower.record_fields import (
+    config_record,
+    get_moments,
+    get_payload,
+    has_payload,
+    int_field,
+    put_moments,
+    put_payload,
+    trusted_arrays,
+)
+from fedrl.flower.safe_arrays import WireError, decode_arrays, decode_blob  # callers use codec.WireError
 from fedrl.topology.gossip import Mix
-from fedrl.wire import Reply
+from fedrl.wire import LocalPlan, NodeState, Reply
 
 TRAIN = "train"
 QUERY = "query"
@@ -74,59 +83,6 @@ def content_bytes(rec: RecordDict) -> int:
     return sum(len(obj.deflate()) for obj in get_all_nested_objects(rec).values())
 
 
-def _arrays(rec: RecordDict, key: str) -> list[np.ndarray]:
-    # Server -> node direction (plans, gossip models): the server is trusted with the weights.
-    if key not in rec.array_records:
-        raise WireError(f"missing array record '{key}'")
-    return rec.array_records[key].to_numpy_ndarrays()
-
-
-def _config(rec: RecordDict, key: str) -> ConfigRecord:
-    if key not in rec.config_records:
-        raise WireError(f"missing config record '{key}'")
-    return rec.config_records[key]
-
-
-def _int(cr: ConfigRecord, key: str) -> int:
-    v = cr.get(key)
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise WireError(f"field '{key}' must be an int, got {type(v).__name__}")
-    return v
-
-
-def _put_moments(cr: ConfigRecord, m: Moments | None) -> None:
-    # A list of doubles in the ConfigRecord, not an ArrayRecord of its own: the record and array
-    # framing cost ~600 bytes, a third of a 1% top-k update of a 9k-parameter policy.
-    if m is not None:
-        cr[_MOMENTS] = [float(x) for x in m.to_array()]
-
-
-def _get_moments(cr: ConfigRecord, obs_dim: int | None = None) -> Moments | None:
-    if _MOMENTS not in cr:
-        return None
-    v = cr[_MOMENTS]
-    if not isinstance(v, list) or not all(isinstance(x, float) for x in v):
-        raise WireError(f"field '{_MOMENTS}' must be a list of floats")
-    if obs_dim is not None and len(v) != 2 * obs_dim + 1:
-        raise WireError(f"field '{_MOMENTS}' has {len(v)} floats; observations of dimension {obs_dim} "
-                        f"need {2 * obs_dim + 1} (count, means, second moments)")
-    try:
-        return Moments.from_array(np.asarray(v, np.float64))
-    except ValueError as err:
-        raise WireError(f"field '{_MOMENTS}': {err}") from err
-
-
-# --- compressed payloads: one uint8 blob + its table (fedrl.compression.framing) -------------
-_RAW = RAW_STYPE  # a blob Array's stype: the bytes themselves, without an .npy header (~130 bytes saved)
-
-
-def _put_payload(cr: ConfigRecord, prefix: str, c: Compressed) -> Array:
-    f = frame(c)
-    cr[f"{prefix}.name"], cr[f"{prefix}.n"] = f.name, f.n
-    cr[f"{prefix}.keys"], cr[f"{prefix}.dtypes"], cr[f"{prefix}.lens"] = f.keys, f.dtypes, f.lengths
-    return Array(dtype="uint8", shape=(int(f.blob.size),), stype=_RAW, data=f.blob.tobytes())
-
-
 def _blob(rec: RecordDict, max_bytes: int | None = None) -> np.ndarray:
     if _WEIGHTS not in rec.array_records:
         raise WireError(f"missing array record '{_WEIGHTS}'")
@@ -134,21 +90,6 @@ def _blob(rec: RecordDict, max_bytes: int | None = None) -> np.ndarray:
     if list(ar) != ["blob"]:
         raise WireError("a compressed payload travels as exactly one array named 'blob'")
     return decode_blob(ar["blob"], max_bytes)
-
-
-def _get_payload(cr: ConfigRecord, prefix: str, blob: np.ndarray, n: int | None = None) -> Compressed:
-    name = cr.get(f"{prefix}.name")
-    keys, dtypes, lengths = (cr.get(f"{prefix}.{k}", []) for k in ("keys", "dtypes", "lens"))
-    if not isinstance(name, str) or not all(isinstance(x, list) for x in (keys, dtypes, lengths)):
-        raise WireError(f"malformed '{prefix}' payload table")
-    if not (all(isinstance(k, str) for k in cast(list, keys)) and all(isinstance(d, str) for d in cast(list, dtypes))
-            and all(isinstance(n, int) for n in cast(list, lengths))):
-        raise WireError(f"malformed '{prefix}' payload table")
-    try:
-        return unframe(Frame(name, _int(cr, f"{prefix}.n"), cast(list, keys), cast(list, dtypes),
-                             cast(list, lengths), np.asarray(blob)), n)
-    except ValueError as err:
-        raise WireError(f"'{prefix}' payload: {err}") from err
 
 
 # --- plan: server -> client ------------------------------------------------------------
@@ -161,32 +102,32 @@ def encode_plan(plan: LocalPlan, dl: Downlink | Mix) -> RecordDict:
     if isinstance(dl, Mix):
         _put_mix(rec, cr, dl)
     elif dl.delta is not None:
-        rec[_WEIGHTS] = ArrayRecord({"blob": _put_payload(cr, _DELTA, dl.delta)})
+        rec[_WEIGHTS] = ArrayRecord({"blob": put_payload(cr, _DELTA, dl.delta)})
     else:
         rec[_WEIGHTS] = ArrayRecord(list(dl.weights or []))
-    _put_moments(cr, plan.obs_moments)
+    put_moments(cr, _MOMENTS, plan.obs_moments)
     return rec
 
 
 def decode_plan(rec: RecordDict) -> tuple[LocalPlan, Downlink | Mix]:
-    cr = _config(rec, _PLAN)
+    cr = config_record(rec, _PLAN)
     mu = cr.get("prox-mu")
     if not isinstance(mu, float):
         raise WireError("field 'prox-mu' must be a float")
-    moments = _get_moments(cr)
+    moments = get_moments(cr, _MOMENTS)
     clip = cr.get("clip", 0.0)
     if not isinstance(clip, float) or not (np.isfinite(clip) and clip >= 0):
         raise WireError("field 'clip' must be a finite float >= 0")
     run = cr.get("run", "")
     if not isinstance(run, str):
         raise WireError("field 'run' must be a string")
-    plan = LocalPlan(_int(cr, "node"), _int(cr, "round"), _int(cr, "total-rounds"), _int(cr, "seed"), mu, moments,
-                     _int(cr, "ef-base"), clip, run)
+    node, rnd, total, seed = (int_field(cr, k) for k in ("node", "round", "total-rounds", "seed"))
+    plan = LocalPlan(node, rnd, total, seed, mu, moments, int_field(cr, "ef-base"), clip, run)
     if _MIX_SELF in cr:
         return plan, _get_mix(rec, cr)
-    if f"{_DELTA}.name" in cr:
-        return plan, Downlink(None, _get_payload(cr, _DELTA, _blob(rec)), _int(cr, "base-round"))
-    return plan, Downlink(_arrays(rec, _WEIGHTS))
+    if has_payload(cr, _DELTA):
+        return plan, Downlink(None, get_payload(cr, _DELTA, _blob(rec)), int_field(cr, "base-round"))
+    return plan, Downlink(trusted_arrays(rec, _WEIGHTS))
 
 
 # --- gossip: the neighbours' models a node mixes with (fedrl.topology.gossip) ----------------
@@ -209,9 +150,9 @@ def _get_mix(rec: RecordDict, cr: ConfigRecord) -> Mix:
     if len(peers) != len(ws) or not all(isinstance(j, int) and not isinstance(j, bool) for j in peers) or not all(
             isinstance(w, float) for w in ws):
         raise WireError("gossip mix: one int node and one float weight per neighbour")
-    own = _arrays(rec, _OWN) if _OWN in rec.array_records else None
-    return Mix(w_self, _int(cr, _MIX_OWN_ROUND), own,
-               [(cast(int, j), cast(float, w), _arrays(rec, f"peer{j}")) for j, w in zip(peers, ws, strict=True)])
+    own = trusted_arrays(rec, _OWN) if _OWN in rec.array_records else None
+    models = [(cast(int, j), cast(float, w), trusted_arrays(rec, f"peer{j}")) for j, w in zip(peers, ws, strict=True)]
+    return Mix(w_self, int_field(cr, _MIX_OWN_ROUND), own, models)
 
 
 # --- reply: client -> server -----------------------------------------------------------
@@ -222,12 +163,12 @@ def encode_reply(reply: Reply) -> RecordDict:
             cr[f"{_METRIC}{k}"] = float(v)
     rec = RecordDict({_REPLY: cr})
     if reply.update is not None:
-        rec[_WEIGHTS] = ArrayRecord({"blob": _put_payload(cr, _UPDATE, reply.update)})
+        rec[_WEIGHTS] = ArrayRecord({"blob": put_payload(cr, _UPDATE, reply.update)})
         if reply.ef_base >= 0:
             cr["ef-base"] = reply.ef_base
     else:
         rec[_WEIGHTS] = ArrayRecord(list(reply.weights))
-    _put_moments(cr, reply.obs_moments)
+    put_moments(cr, _MOMENTS, reply.obs_moments)
     return rec
 
 
@@ -243,18 +184,18 @@ def decode_reply(rec: RecordDict, layout: Layout | None = None) -> Reply:
     Raises:
         WireError: a missing or mistyped record or field, or an array or payload outside the rules.
     """
-    cr = _config(rec, _REPLY)
+    cr = config_record(rec, _REPLY)
     m = _get_metrics(cr)
-    moments = _get_moments(cr, None if layout is None else layout.obs_dim)
-    if f"{_UPDATE}.name" in cr:
+    moments = get_moments(cr, _MOMENTS, None if layout is None else layout.obs_dim)
+    if has_payload(cr, _UPDATE):
         n = None if layout is None else layout.n
-        update = _get_payload(cr, _UPDATE, _blob(rec, None if layout is None else layout.max_payload_bytes), n)
-        ef_base = _int(cr, "ef-base") if "ef-base" in cr else -1
-        return Reply(_int(cr, "node"), [], _int(cr, "env-steps"), moments, m, update, ef_base)
+        update = get_payload(cr, _UPDATE, _blob(rec, None if layout is None else layout.max_payload_bytes), n)
+        ef_base = int_field(cr, "ef-base") if "ef-base" in cr else -1
+        return Reply(int_field(cr, "node"), [], int_field(cr, "env-steps"), moments, m, update, ef_base)
     if _WEIGHTS not in rec.array_records:
         raise WireError(f"missing array record '{_WEIGHTS}'")
     weights = decode_arrays(rec.array_records[_WEIGHTS], np.float32, None if layout is None else layout.shapes)
-    return Reply(_int(cr, "node"), weights, _int(cr, "env-steps"), moments, m)
+    return Reply(int_field(cr, "node"), weights, int_field(cr, "env-steps"), moments, m)
 
 
 def _get_metrics(cr: ConfigRecord) -> dict[str, float]:
@@ -279,8 +220,8 @@ def encode_hello_reply(partition_id: int, num_partitions: int) -> RecordDict:
 
 
 def decode_hello_reply(rec: RecordDict) -> tuple[int, int]:
-    cr = _config(rec, _HELLO)
-    return _int(cr, "partition-id"), _int(cr, "num-partitions")
+    cr = config_record(rec, _HELLO)
+    return int_field(cr, "partition-id"), int_field(cr, "num-partitions")
 
 
 # --- client state in context.state ---------------------------------------------------------
@@ -299,4 +240,4 @@ def store_node_state(state: RecordDict, node: int, ns: NodeState) -> None:
 
 def plan_record(rec: RecordDict) -> ConfigRecord:
     """The plan's ConfigRecord (where stage setups such as secure aggregation's are added)."""
-    return _config(rec, _PLAN)
+    return config_record(rec, _PLAN)

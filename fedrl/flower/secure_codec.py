@@ -1,4 +1,5 @@
-"""Wire format of the secure-aggregation stages (the message keys live here and in ``codec``).
+"""Wire format of the secure-aggregation stages (the message keys live here and in ``codec``; the
+typed field readers in ``record_fields``).
 
 Stages (``fedrl.flower.secure_round``): ``keys`` (only to nodes that hold no keys for the
 round), the training plan with the round's setup and the neighbours' public keys (answered with
@@ -14,14 +15,13 @@ a message replayed from another round is refused.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from fedrl.compression.ring_codes import pack_ring, ring_bytes, unpack_ring
-from fedrl.flower.codec import WireError, _int
-from fedrl.flower.safe_arrays import decode_array
+from fedrl.flower.record_fields import bytes_field, bytes_list, config_record, int_field, int_list
+from fedrl.flower.safe_arrays import WireError, decode_array
 from fedrl.secagg import Keys, Masked
 
 KEYS, MASK, UNMASK = "train.secagg_keys", "train.secagg_mask", "train.secagg_unmask"
@@ -56,8 +56,8 @@ def put_keys(cr: ConfigRecord, own: tuple[bytes, bytes], neighbours: dict[int, t
 
 def get_keys(cr: ConfigRecord) -> tuple[tuple[bytes, bytes], dict[int, tuple[bytes, bytes]]]:
     """Inverse of :func:`put_keys`."""
-    own = _blobs(cr, "sa.own-pks")
-    ids, c, s = _ints(cr, "sa.ids"), _blobs(cr, "sa.c-pks"), _blobs(cr, "sa.s-pks")
+    own = bytes_list(cr, "sa.own-pks")
+    ids, c, s = int_list(cr, "sa.ids"), bytes_list(cr, "sa.c-pks"), bytes_list(cr, "sa.s-pks")
     if len(own) != 2 or not len(ids) == len(c) == len(s) or len(set(ids)) != len(ids):
         raise WireError("malformed public keys in the plan")
     return (own[0], own[1]), {i: (a, b) for i, a, b in zip(ids, c, s, strict=True)}
@@ -69,29 +69,8 @@ def get_setup(cr: ConfigRecord) -> Setup | None:
     thr = cr.get("sa.threshold")
     if not isinstance(thr, float):
         raise WireError("field 'sa.threshold' must be a float")
-    return Setup(_bytes(cr, "sa.session"), _ints(cr, "sa.nodes"), _int(cr, "sa.neighbors"), thr,
-                 _int(cr, "sa.bits"), _int(cr, "sa.length"), _int(cr, "sa.graph-seed"))
-
-
-def _bytes(cr: ConfigRecord, key: str) -> bytes:
-    v = cr.get(key)
-    if not isinstance(v, bytes):
-        raise WireError(f"field '{key}' must be bytes")
-    return v
-
-
-def _ints(cr: ConfigRecord, key: str) -> list[int]:
-    v = cr.get(key, [])
-    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in v):
-        raise WireError(f"field '{key}' must be a list of ints")
-    return cast(list[int], v)
-
-
-def _blobs(cr: ConfigRecord, key: str) -> list[bytes]:
-    v = cr.get(key, [])
-    if not isinstance(v, list) or not all(isinstance(i, bytes) for i in v):
-        raise WireError(f"field '{key}' must be a list of bytes")
-    return cast(list[bytes], v)
+    return Setup(bytes_field(cr, "sa.session"), int_list(cr, "sa.nodes"), int_field(cr, "sa.neighbors"), thr,
+                 int_field(cr, "sa.bits"), int_field(cr, "sa.length"), int_field(cr, "sa.graph-seed"))
 
 
 def _head(node: int, rnd: int, session: bytes) -> ConfigRecord:
@@ -101,13 +80,11 @@ def _head(node: int, rnd: int, session: bytes) -> ConfigRecord:
 def head(rec: RecordDict) -> tuple[int, int, bytes]:
     """(node, round, session) of any stage message."""
     cr = _body(rec)
-    return _int(cr, "node"), _int(cr, "round"), _bytes(cr, "session")
+    return int_field(cr, "node"), int_field(cr, "round"), bytes_field(cr, "session")
 
 
 def _body(rec: RecordDict) -> ConfigRecord:
-    if _SA not in rec.config_records:
-        raise WireError(f"missing config record '{_SA}'")
-    return rec.config_records[_SA]
+    return config_record(rec, _SA)
 
 
 def _encode_map(node: int, rnd: int, session: bytes, m: dict[int, bytes], ids: str, values: str) -> RecordDict:
@@ -121,7 +98,7 @@ def _encode_map(node: int, rnd: int, session: bytes, m: dict[int, bytes], ids: s
 def _decode_map(rec: RecordDict, ids: str, values: str, what: str) -> dict[int, bytes]:
     head(rec)
     cr = _body(rec)
-    keys, blobs = _ints(cr, ids), _blobs(cr, values)
+    keys, blobs = int_list(cr, ids), bytes_list(cr, values)
     if len(keys) != len(blobs) or len(set(keys)) != len(keys):
         raise WireError(f"malformed {what}: {len(keys)} ids, {len(blobs)} values")
     return dict(zip(keys, blobs, strict=True))
@@ -141,7 +118,7 @@ def encode_keys(k: Keys) -> RecordDict:
 def decode_keys(rec: RecordDict) -> Keys:
     node, rnd, session = head(rec)
     cr = _body(rec)
-    return Keys(node, rnd, session, _bytes(cr, "c-pk"), _bytes(cr, "s-pk"))
+    return Keys(node, rnd, session, bytes_field(cr, "c-pk"), bytes_field(cr, "s-pk"))
 
 
 # --- ciphertexts: the reply to the plan (with optional clear metrics), and the mask request -
@@ -198,7 +175,7 @@ def decode_masked(rec: RecordDict, bits: int, length: int) -> Masked:
     except WireError as err:
         raise WireError(f"masked vector: {err} ({length} elements of {bits} bits need {need} bytes)") from err
     y = unpack_ring(packed, bits, length)
-    return Masked(node, rnd, session, y, tuple(_ints(_body(rec), "rejected")))
+    return Masked(node, rnd, session, y, tuple(int_list(_body(rec), "rejected")))
 
 
 # --- stage 4: who survived out, shares back --------------------------------------------------
@@ -211,7 +188,7 @@ def encode_unmask_request(node: int, rnd: int, session: bytes, survivors: list[i
 def decode_unmask_request(rec: RecordDict) -> tuple[list[int], list[int]]:
     head(rec)
     cr = _body(rec)
-    return _ints(cr, "survivors"), _ints(cr, "dropped")
+    return int_list(cr, "survivors"), int_list(cr, "dropped")
 
 
 def encode_shares(node: int, rnd: int, session: bytes, shares: dict[int, bytes],
@@ -228,7 +205,7 @@ def decode_shares(rec: RecordDict) -> tuple[dict[int, bytes], tuple[bytes, bytes
     cr = _body(rec)
     if "next-pks" not in cr:
         return shares, None
-    nxt = _blobs(cr, "next-pks")
+    nxt = bytes_list(cr, "next-pks")
     if len(nxt) != 2:
         raise WireError("field 'next-pks' must hold two public keys")
     return shares, (nxt[0], nxt[1])
