@@ -198,9 +198,9 @@ def layer_graph(graph: Graph) -> Graph:
 
 def _explain(cycle: list[str], g: dict[Kind, Graph]) -> str:
     """A layer cycle with, for each hop, the module imports that make it."""
-    hops = []
+    hops, runtime = [], union(g["module"], g["lazy"])
     for a, b in itertools.pairwise(cycle):
-        pairs = [(m, t) for m, ts in union(g["module"], g["lazy"]).items() if layer(m) == a for t in ts if layer(t) == b]
+        pairs = [(m, t) for m, ts in runtime.items() if layer(m) == a for t in ts if layer(t) == b]
         pairs = [(m, t) for m, t in pairs if t != b] or pairs  # the package itself only when nothing in it is named
         why = sorted(f"{m} -> {t}" + ("" if t in g["module"].get(m, ()) else " (in a function)") for m, t in pairs)
         hops.append(f"{a} -> {b} [{', '.join(why)}]")
