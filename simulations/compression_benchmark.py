@@ -210,7 +210,7 @@ def main() -> int:
                     help="(a): only these uplink compressors (and none), e.g. topk,sign; an entry with a colon "
                          "is run as given: name:fraction[:error-feedback], e.g. topk:0.1:off")
     ap.add_argument("--suite", choices=["cartpole", "pendulum"], action="append", help="(a): only this suite")
-    ap.add_argument("--set", default="", help="(a): extra run-config for every run, e.g. \"algo.lr=0.001\"")
+    ap.add_argument("--set", default="", help="(a): extra run-config for every run, e.g. \"ppo.lr=0.001\"")
     ap.add_argument("--out", type=Path, default=REPO / "simulations" / "results-compression")
     args = ap.parse_args()
     sizes = [int(s) for s in args.nodes.split(",") if s.strip()]
