@@ -71,7 +71,7 @@ class Reinforce(Algorithm):
         loss.backward()
         optimizer.step()
         steps = len(rewards) * n_envs
-        return LocalResult(get_weights(model), steps, None, NodeState({}), {"reinforce_loss": float(loss)})
+        return LocalResult(get_weights(model), steps, None, NodeState({}), {"reinforce_loss": float(loss.detach())})
 
 
 RUN = {"algo.name": "reinforce", "nodes.count": 3, "num-server-rounds": 2, "algo.local-steps": 128,
