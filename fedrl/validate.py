@@ -72,10 +72,11 @@ def check(run_config: Mapping[str, Any]) -> Config:
             raise err
     p = cfg.privacy
     if p.mode != "off" or p.target_epsilon or p.noise_multiplier or p.audit_canaries or p.unsafe_no_noise or p.dpsgd:
+        from fedrl.algorithms.registry import get as algorithm
         from fedrl.experiment import policy_spec, variants_of
-        from fedrl.rl.networks import ActorCritic
 
-        model = ActorCritic(policy_spec(cfg, variants_of(cfg)[0]))
-        plan_for(cfg, model.spec.action_kind == "continuous", sum(t.numel() for t in model.parameters()))
+        spec = policy_spec(cfg, variants_of(cfg)[0])
+        model = algorithm(cfg.algo.name).make_model(spec)  # the run's model: its size is what DP plans for
+        plan_for(cfg, spec.action_kind == "continuous", sum(t.numel() for t in model.parameters()))
         sample_plan(cfg, model)
     return cfg

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -90,7 +90,3 @@ class Algorithm(ABC):
         a = cfg.algo
         return dataclasses.replace(cfg, algo=dataclasses.replace(a, num_envs=a.num_envs * nodes,
                                                                  local_steps=a.local_steps * nodes))
-
-    def describe(self) -> dict[str, Any]:
-        """What ``config.json`` records about the algorithm (its class, for a reader)."""
-        return {"class": f"{type(self).__module__}.{type(self).__qualname__}"}
