@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
 import pytest
 import tomllib
 import torch
@@ -19,7 +18,7 @@ import torch
 from fedrl.config import from_run_config
 from fedrl.federation import Federation
 from fedrl.rundir import model_arrays
-from tests.e2e.test_golden_models import BASE, CASES, GOLDEN
+from tests.e2e.test_golden_models import BASE, CASES, assert_golden
 from tests.inprocess import run_rounds, task  # noqa: F401 - the fixture
 
 SYNCHRONOUS = [name for name in CASES if name != "fedbuff"]
@@ -49,7 +48,4 @@ def test_same_seed_in_process_gives_the_golden_model(name: str) -> None:
     assert run_rounds(fed, rc, int(rc["num-server-rounds"])) == [{}] * int(rc["num-server-rounds"])
     weights, extra = model_arrays(fed)
     got = {**{f"policy/{n}": w for n, w in zip(fed.names, weights, strict=True)}, **extra}  # as model.npz
-    with np.load(GOLDEN / f"{name}.npz", allow_pickle=False) as want:
-        assert sorted(got) == sorted(want.files)
-        for key in want.files:
-            np.testing.assert_array_equal(got[key], want[key], err_msg=f"{name}: {key}")
+    assert_golden(name, got)
