@@ -17,6 +17,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from fedrl.envs.batched.base import BatchedEnv
+
 
 def _time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
     e: object = env
@@ -36,8 +38,11 @@ def _observe(env: gym.Env) -> np.ndarray | None:
     return state if env.observation_space.shape == state.shape else None
 
 
-def snapshot(envs: gym.vector.SyncVectorEnv) -> tuple[np.ndarray, np.ndarray] | None:
+def snapshot(envs: gym.vector.VectorEnv) -> tuple[np.ndarray, np.ndarray] | None:
     """``(states [E, S] float64, elapsed [E] int64)`` or None when not snapshottable."""
+    if isinstance(envs, BatchedEnv):
+        return envs.snapshot()
+    assert isinstance(envs, gym.vector.SyncVectorEnv)
     states, elapsed = [], []
     for env in envs.envs:
         state = getattr(env.unwrapped, "state", None)
@@ -55,9 +60,12 @@ def snapshot(envs: gym.vector.SyncVectorEnv) -> tuple[np.ndarray, np.ndarray] | 
     return np.stack(states), np.asarray(elapsed, np.int64)
 
 
-def restore(envs: gym.vector.SyncVectorEnv, states: np.ndarray, elapsed: np.ndarray) -> np.ndarray | None:
+def restore(envs: gym.vector.VectorEnv, states: np.ndarray, elapsed: np.ndarray) -> np.ndarray | None:
     """Put each (already reset) sub-env back into a saved state; return the observations
     ``[E, D]``, or None (envs untouched beyond the reset) when the snapshot does not fit."""
+    if isinstance(envs, BatchedEnv):
+        return envs.restore(states, elapsed)
+    assert isinstance(envs, gym.vector.SyncVectorEnv)
     if states.shape[0] != len(envs.envs) or elapsed.shape[0] != len(envs.envs):
         return None
     obs = []
