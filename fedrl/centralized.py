@@ -18,7 +18,7 @@ import torch
 from fedrl.algorithms.base import TrainJob
 from fedrl.algorithms.registry import get as algorithm
 from fedrl.config import Config
-from fedrl.envs.make import make_vector_env
+from fedrl.envs.batched import make_batched_env
 from fedrl.federation import Federation
 from fedrl.rundir import end_round, finish, resolve_run_folder
 from fedrl.wire import LocalPlan, NodeState
@@ -30,7 +30,7 @@ def run_centralized(cfg: Config) -> Federation:
     folder = resolve_run_folder(fed)
     learner = algorithm(cfg.algo.name)
     pooled = learner.pooled(cfg, cfg.nodes.count)
-    envs = make_vector_env(cfg.env.id, [fed.variants[j % len(fed.variants)] for j in range(pooled.algo.num_envs)],
+    envs = make_batched_env(cfg.env.id, [fed.variants[j % len(fed.variants)] for j in range(pooled.algo.num_envs)],
                            fed.kwargs)
     state = NodeState.empty()
     started = time.time()

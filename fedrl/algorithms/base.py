@@ -43,7 +43,7 @@ class TrainJob:
 
     spec: PolicySpec
     weights: list[np.ndarray]
-    envs: gym.vector.SyncVectorEnv
+    envs: gym.vector.VectorEnv
     plan: LocalPlan
     state: NodeState
     sample_dp: SampleDP | None = None

@@ -26,7 +26,7 @@ from fedrl.compression import ef21
 from fedrl.compression.downlink import Downlink, receive
 from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, compress, flatten, rng_for, training_start, unflatten
 from fedrl.config import Config
-from fedrl.envs.make import make_vector_env
+from fedrl.envs.batched import make_batched_env
 from fedrl.node.flow import NodeUpdate, Received, RoundStart
 from fedrl.privacy.node import PRIVATE_METRICS, privatize
 from fedrl.privacy.plan import PrivacyPlan
@@ -130,7 +130,7 @@ class TrainLocally:
 
     def __call__(self, r: Received) -> NodeUpdate:
         cfg = self.cfg
-        envs = make_vector_env(cfg.env.id, [self.variant] * cfg.algo.num_envs, dict(self.env_kwargs))
+        envs = make_batched_env(cfg.env.id, [self.variant] * cfg.algo.num_envs, dict(self.env_kwargs))
         try:
             job = TrainJob(self.spec, r.start, envs, r.plan, r.held, self.sample_dp, self.random_actions)
             result = self.algorithm.train(cfg, job)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedrl.envs.make import make_vector_env
+from fedrl.envs.batched import make_batched_env
 from fedrl.errors import ConfigError
 from fedrl.rl.networks import ActorCritic, PolicySpec, set_weights
 from fedrl.rl.normalize import Moments, normalize
@@ -67,7 +67,7 @@ def _run(
     seed: int,
 ) -> list[float]:
     params = [dict(v) for v in variants for _ in range(episodes)]
-    envs = make_vector_env(env_id, params, env_kwargs)
+    envs = make_batched_env(env_id, params, env_kwargs)
     seeds: list[int | None] = [derive(seed, EVAL, i, e) for i in ids for e in range(episodes)]
     obs, _ = envs.reset(seed=seeds)
     totals = np.zeros(len(params))

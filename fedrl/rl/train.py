@@ -88,7 +88,7 @@ def _adam_from_arrays(opt: torch.optim.Adam, arrays: dict[str, np.ndarray]) -> N
         }
 
 
-def _start(envs: gym.vector.SyncVectorEnv, plan: LocalPlan, state: NodeState) -> Cursor:
+def _start(envs: gym.vector.VectorEnv, plan: LocalPlan, state: NodeState) -> Cursor:
     obs, _ = envs.reset(seed=derive(plan.seed, ENV_RESET, plan.node, plan.round))
     a = state.arrays
     if "env.states" in a:
@@ -101,7 +101,7 @@ def _start(envs: gym.vector.SyncVectorEnv, plan: LocalPlan, state: NodeState) ->
 def train_locally(
     spec: PolicySpec,
     weights: list[np.ndarray],
-    envs: gym.vector.SyncVectorEnv,
+    envs: gym.vector.VectorEnv,
     cfg: Config,
     plan: LocalPlan,
     state: NodeState,

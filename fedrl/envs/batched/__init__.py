@@ -34,7 +34,7 @@ def batched_supported(env_id: str, kwargs: dict[str, object]) -> bool:
 
 def make_batched_env(
     env_id: str, params_per_env: list[dict[str, float]], kwargs: dict[str, object]
-) -> gym.vector.VectorEnv:  # type: ignore[type-arg]
+) -> gym.vector.SyncVectorEnv | BatchedEnv:
     """One sub-env per entry of ``params_per_env``, batched where the family allows (module doc).
 
     Errors as ``make_vector_env``: an unknown id (``env.id``), an unknown or invalid parameter
