@@ -50,6 +50,19 @@ class TrainJob:
     random_actions: bool = False
 
 
+@dataclass(frozen=True)
+class CohortMember:
+    """One node of a cohort (several logical nodes trained in one call, ``Algorithm.train_cohort``):
+    a ``TrainJob`` without envs, and the node's variant (the algorithm builds the envs)."""
+
+    weights: list[np.ndarray]
+    plan: LocalPlan
+    state: NodeState
+    variant: dict[str, float]
+    sample_dp: SampleDP | None = None
+    random_actions: bool = False
+
+
 class Algorithm(ABC):
     """A local learner. Subclass, implement ``make_model`` and ``train``, and ``register`` it
     (``fedrl.algorithms.registry``); override the rest where the defaults do not fit."""
@@ -64,6 +77,23 @@ class Algorithm(ABC):
         """Train from ``job.weights`` for ``algo.local-steps`` env steps (``LocalResult.env_steps``
         reports the steps taken, at most that). Randomness derives from ``(plan.seed, plan.node,
         plan.round)``; the result's ``state`` is the node's whole state for its next round."""
+
+    def train_cohort(self, cfg: Config, spec: PolicySpec, members: list[CohortMember],
+                     env_kwargs: dict[str, object]) -> list[LocalResult]:
+        """Train every member as ``train`` would train it alone and return its result, in order.
+        An algorithm with a vectorized form overrides this (PPO: ``fedrl.rl.cohort_train``); the
+        default trains one member at a time on ``algo.num-envs`` copies of its variant."""
+        from fedrl.envs.batched import make_batched_env
+
+        out = []
+        for m in members:
+            envs = make_batched_env(cfg.env.id, [m.variant] * cfg.algo.num_envs, env_kwargs)
+            try:
+                out.append(self.train(cfg, TrainJob(spec, m.weights, envs, m.plan, m.state, m.sample_dp,
+                                                    m.random_actions)))
+            finally:
+                envs.close()
+        return out
 
     def check(self, cfg: Config) -> None:
         """Refuse, with a ``ConfigError`` naming the key, settings this algorithm cannot run

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from fedrl.algorithms.base import Algorithm, TrainJob
+from fedrl.algorithms.base import Algorithm, CohortMember, TrainJob
 from fedrl.config import Config, norm_on
 from fedrl.errors import ConfigError
 from fedrl.wire import LocalResult
@@ -34,6 +34,23 @@ class PPO(Algorithm):
 
         return train_locally(job.spec, job.weights, job.envs, cfg, job.plan, job.state, job.sample_dp,
                              job.random_actions)
+
+    def train_cohort(self, cfg: Config, spec: PolicySpec, members: list[CohortMember],
+                     env_kwargs: dict[str, object]) -> list[LocalResult]:
+        """The members that train plainly go through one vectorized pass (``fedrl.rl.cohort_train``)
+        where the env has batched physics; DP-SGD and random-action members train alone."""
+        from fedrl.envs.batched import batched_supported
+        from fedrl.rl.cohort_train import train_cohort
+
+        plain = [i for i, m in enumerate(members) if m.sample_dp is None and not m.random_actions]
+        if len(plain) < 2 or not batched_supported(cfg.env.id, env_kwargs):
+            return super().train_cohort(cfg, spec, members, env_kwargs)
+        together = train_cohort(spec, cfg, [members[i].weights for i in plain], [members[i].plan for i in plain],
+                                [members[i].state for i in plain], [members[i].variant for i in plain], env_kwargs)
+        alone = iter(super().train_cohort(cfg, spec, [m for i, m in enumerate(members) if i not in plain],
+                                          env_kwargs))
+        by_index = dict(zip(plain, together, strict=True))
+        return [by_index[i] if i in by_index else next(alone) for i in range(len(members))]
 
     def check(self, cfg: Config) -> None:
         a, p = cfg.algo, cfg.ppo

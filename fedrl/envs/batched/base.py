@@ -170,15 +170,15 @@ class BatchedEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
         """``(states [n, S] float64, elapsed [n] int64)`` of the running episodes."""
         return self.state.copy(), self.elapsed.copy()
 
-    def restore(self, states: np.ndarray, elapsed: np.ndarray) -> np.ndarray | None:
-        """Put the (already reset) sub-envs back into saved states; their observations, or None
-        (nothing changed) when the snapshot does not fit."""
-        if states.shape != self.state.shape or elapsed.shape != (self.num_envs,):
+    def restore(self, states: np.ndarray, elapsed: np.ndarray, rows: slice = slice(None)) -> np.ndarray | None:
+        """Put the (already reset) sub-envs ``rows`` (default all) back into saved states; their
+        observations, or None (nothing changed) when the snapshot does not fit."""
+        if states.shape != self.state[rows].shape or elapsed.shape != self.elapsed[rows].shape:
             return None
-        self.state = states.astype(np.float64, copy=True)
-        self.elapsed = elapsed.astype(np.int64, copy=True)
+        self.state[rows] = states
+        self.elapsed[rows] = elapsed
         self._obs[:] = self.observe()
-        return self._obs.copy()
+        return self._obs[rows].copy()
 
     def close_extras(self, **kwargs: Any) -> None:
         """Nothing to release: no sub-processes, no windows."""

@@ -262,9 +262,11 @@ class MountainCarContinuous(BatchedEnv):
     def observe(self) -> np.ndarray:
         return self.state.astype(np.float32)
 
-    def restore(self, states: np.ndarray, elapsed: np.ndarray) -> np.ndarray | None:
-        self.fresh[:] = False  # a restored state is the float32 state of a running episode
-        return super().restore(states, elapsed)
+    def restore(self, states: np.ndarray, elapsed: np.ndarray, rows: slice = slice(None)) -> np.ndarray | None:
+        obs = super().restore(states, elapsed, rows)
+        if obs is not None:
+            self.fresh[rows] = False  # a restored state is the float32 state of a running episode
+        return obs
 
     def physics(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         a = actions[:, 0]

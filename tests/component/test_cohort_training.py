@@ -1,0 +1,107 @@
+"""A cohort trains each node as it would train alone (issue 16, item 2).
+
+Eight nodes with different variants train 3 rounds twice: each alone (``train_locally`` on its
+own envs) and all together (``Algorithm.train_cohort``: one batched env, one stacked policy).
+Steps, episodes, learning rates, Adam step counts, env snapshots and metrics must agree; the
+weights agree up to float rounding.
+
+How close is "up to float rounding": a batched matmul sums in another order than ``addmm``, a
+difference of one ulp, which training amplifies as it amplifies any rounding. Measured
+(2026-12-02): starting the *same* single-node training from initial weights moved by one ulp
+gives weights after 3 rounds that differ by up to 1.2e-5 (CartPole) and 2.4e-5 (Pendulum) in
+relative L2 norm per tensor; the cohort path differs from the single path by 1.1e-5 and 3.5e-5.
+The bound here, 1e-4, is a few times that noise floor, far below what any real difference in
+the algorithm (a wrong advantage, a missed clip, another random stream) does to the weights.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from fedrl.algorithms.base import CohortMember
+from fedrl.algorithms.registry import get as algorithm
+from fedrl.config import from_run_config
+from fedrl.envs.batched import make_batched_env
+from fedrl.envs.spec import parse_vary, sample_variant
+from fedrl.rl.networks import ActorCritic, get_weights, spec_for
+from fedrl.rl.normalize import Moments
+from fedrl.rl.train import train_locally
+from fedrl.wire import LocalPlan, NodeState
+
+K, ROUNDS, ENVS = 8, 3, 4
+TOLERANCE = 1e-4  # relative L2 norm per tensor: see the module doc
+VARY = {"CartPole-v1": "length=linspace(0.3, 1.5); masscart=uniform(0.5, 2)",
+        "Pendulum-v1": "g=linspace(8, 12); m=uniform(0.8, 1.2)"}
+
+
+@pytest.fixture
+def one_thread() -> object:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize(("env_id", "prox_mu"), [("CartPole-v1", 0.0), ("Pendulum-v1", 0.0), ("CartPole-v1", 0.05)])
+def test_a_cohort_trains_each_node_as_alone(env_id: str, prox_mu: float) -> None:
+    cfg = from_run_config({"env.id": env_id, "env.vary": VARY[env_id], "nodes.count": K, "algo.local-steps": 256,
+                           "algo.num-envs": ENVS, "num-server-rounds": ROUNDS, "ppo.target-kl": 0.02})
+    variants = [sample_variant(parse_vary(cfg.env.vary), i, K, cfg.seed) for i in range(K)]
+    probe = gym.make(env_id)
+    spec = spec_for(probe.observation_space, probe.action_space, (64, 64))
+    torch.manual_seed(0)
+    start = get_weights(ActorCritic(spec))
+    alone_w, together_w = [start] * K, [start] * K
+    alone_s, together_s = [NodeState({})] * K, [NodeState({})] * K
+    moments = Moments.empty(spec.obs_dim)
+    worst = 0.0
+    for rnd in range(1, ROUNDS + 1):
+        plans = [LocalPlan(i, rnd, ROUNDS, cfg.seed, prox_mu, moments) for i in range(K)]
+        alone = []
+        for i in range(K):
+            envs = make_batched_env(env_id, [variants[i]] * ENVS, {})
+            alone.append(train_locally(spec, alone_w[i], envs, cfg, plans[i], alone_s[i]))
+            envs.close()
+        together = algorithm("ppo").train_cohort(
+            cfg, spec, [CohortMember(together_w[i], plans[i], together_s[i], variants[i]) for i in range(K)], {})
+        for a, b in zip(alone, together, strict=True):
+            assert a.env_steps == b.env_steps
+            assert sorted(a.state.arrays) == sorted(b.state.arrays)
+            for key in ("train_episodes", "optimizer_steps", "lr", "epochs"):
+                assert b.metrics[key] == pytest.approx(a.metrics[key], rel=1e-9), key
+            assert b.metrics["train_return"] == pytest.approx(a.metrics["train_return"], rel=1e-6, nan_ok=True)
+            np.testing.assert_array_equal(b.state.arrays["env.elapsed"], a.state.arrays["env.elapsed"])
+            np.testing.assert_allclose(b.state.arrays["env.states"], a.state.arrays["env.states"], rtol=1e-3, atol=1e-4)
+            for x, y in zip(a.weights, b.weights, strict=True):
+                worst = max(worst, float(np.linalg.norm(x - y) / max(float(np.linalg.norm(x)), 1e-6)))
+        alone_w, together_w = [r.weights for r in alone], [r.weights for r in together]
+        alone_s, together_s = [r.state for r in alone], [r.state for r in together]
+        moments = Moments.empty(spec.obs_dim)
+        for r in alone:  # the server's pooled statistics, as the next round's plan carries them
+            if r.obs_moments is not None:
+                moments = moments.merge(r.obs_moments)
+    assert worst < TOLERANCE, worst
+    # training happened: the weights moved far more than the tolerance
+    flat = np.concatenate([w.ravel() for w in start])
+    moved = np.concatenate([w.ravel() for w in alone_w[0]]) - flat
+    assert float(np.linalg.norm(moved) / np.linalg.norm(flat)) > 100 * TOLERANCE
+
+
+def test_members_the_cohort_cannot_vectorize_train_alone() -> None:
+    cfg = from_run_config({"env.id": "CartPole-v1", "nodes.count": 3, "algo.local-steps": 64, "algo.num-envs": 2})
+    spec = spec_for(gym.make("CartPole-v1").observation_space, gym.make("CartPole-v1").action_space, (64, 64))
+    torch.manual_seed(0)
+    start = get_weights(ActorCritic(spec))
+    plans = [LocalPlan(i, 1, 30, 0, 0.0, None) for i in range(3)]
+    members = [CohortMember(start, plans[i], NodeState({}), {"length": 0.5 + 0.2 * i}, random_actions=(i == 1))
+               for i in range(3)]
+    got = algorithm("ppo").train_cohort(cfg, spec, members, {})
+    envs = make_batched_env("CartPole-v1", [{"length": 0.7}] * 2, {})
+    want = train_locally(spec, start, envs, cfg, plans[1], NodeState({}), random_actions=True)
+    for x, y in zip(want.weights, got[1].weights, strict=True):
+        np.testing.assert_array_equal(x, y)  # the random-action node trained alone, bit for bit
+    assert [r.env_steps for r in got] == [64, 64, 64]
