@@ -96,6 +96,11 @@ class NodesConfig:
         "nodes.dropout-stage", "any",
         "where injected dropouts happen: train, or a secure-aggregation stage (advertise: the keys request, or "
         "the train reply when keys were sent ahead); any: a seeded random stage")
+    cohort_size: int = opt("nodes.cohort-size", 1,
+                           "logical nodes per train message to one SuperNode, trained in one vectorized pass where the "
+                           "algorithm has one (PPO on the classic-control families): 1 sends each node its own "
+                           "message; N > 1 up to N of the selected nodes a SuperNode hosts (bounds its memory)",
+                           ck.positive)
 
 
 

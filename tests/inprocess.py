@@ -22,7 +22,7 @@ from fedrl.config import DEFAULTS
 from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.client import handle_train
-from fedrl.flower.transport import check_reply
+from fedrl.flower.transport import Answer, check_reply
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def run_rounds(fed: Federation, run_config: dict[str, Any], rounds: int) -> list
             threads = torch.get_num_threads()
             reply = handle_train(plan, ctx)  # sets the node's torch threads (1), as a SuperNode would
             torch.set_num_threads(threads)  # ... but this process is also the server
-            checked = check_reply(fed, reply, node)
+            checked = check_reply(fed, Answer.of(reply), node)
             if isinstance(checked, str):
                 bad[node] = checked
             else:

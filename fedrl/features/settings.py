@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedrl.compat import Feature, setting, value
+from fedrl.compat import Feature, Rule, setting, value
 from fedrl.config import Config, norm_on
 
 NORM_OBS_ON = "observation normalization on (algo.norm-obs; auto is on for continuous actions)"
@@ -40,4 +40,12 @@ SETTINGS = (
     Feature("partial-rounds", "fraction-train", "fewer than nodes.count nodes train each round (fraction-train, "
             "min-train-nodes)", lambda cfg: cfg.nodes_per_round < cfg.nodes.count),
     setting("round-robin-selection", "selection.name", "round-robin"),
+    Feature("cohorts", "nodes.cohort-size", "nodes.cohort-size > 1", lambda cfg: cfg.nodes.cohort_size > 1, excludes=(
+        Rule(("secagg",), "nodes.cohort-size", "secure rounds still send one message per logical node",
+             lambda cfg: "nodes.cohort-size > 1 with secagg.enabled is not supported yet: secure rounds send one "
+                         "message per logical node; set nodes.cohort-size = 1"),
+        Rule(("asynchronous-rule",), "nodes.cohort-size", "asynchronous rules dispatch one node at a time",
+             lambda cfg: f"nodes.cohort-size > 1 with strategy.name = {cfg.strategy.name} is not supported: "
+                         "asynchronous rules dispatch one idle node at a time; set nodes.cohort-size = 1"),
+    )),
 )

@@ -23,7 +23,7 @@ from flwr.serverapp import Grid
 
 from fedrl.federation import Federation
 from fedrl.flower import codec
-from fedrl.flower.transport import NodeMap, check_reply
+from fedrl.flower.transport import Answer, NodeMap, check_reply
 from fedrl.results import RunFolder
 from fedrl.rundir import end_round
 
@@ -96,7 +96,7 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
             base = fed.asyn.versions.release(version)
             if m.has_content():
                 fed.counters.received(codec.wire_bytes(m))
-            checked = check_reply(fed, m, node)
+            checked = check_reply(fed, Answer.of(m), node)
             if isinstance(checked, str):
                 cur.failed[node] = checked
                 log.warning("round %d: node %d left out: %s", fed.round + 1, node, checked)

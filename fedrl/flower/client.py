@@ -19,14 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from flwr.app import Context, Message
+from flwr.app import Context, Message, RecordDict
 
 from fedrl import durable
+from fedrl.compression.downlink import Downlink
 from fedrl.config import from_run_config
 from fedrl.dropout import maybe_fail
 from fedrl.flower import codec, secure_client
+from fedrl.flower.cohort_codec import decode_cohort, encode_cohort, is_cohort
 from fedrl.flower.replies import ReplyKind, reply_for
 from fedrl.node import NodePipeline, NodeSetup, RoundStart, build_pipeline, node_setup
+from fedrl.node.cohort import run_cohort
+from fedrl.topology.gossip import Mix
 from fedrl.wire import LocalPlan, NodeState
 
 log = logging.getLogger("fedrl")
@@ -50,14 +54,56 @@ def handle_train(msg: Message, context: Context) -> Message:
     """
     torch.set_num_threads(threads(context.node_config))
     run = _run_key(context)
-    cfg = _setup(run).cfg
+    if is_cohort(msg.content):
+        return Message(_train_cohort(run, msg.content, context), reply_to=msg)
     plan, downlink = codec.decode_plan(msg.content)
     node = _node(run, plan.node)
-    maybe_fail(cfg, plan.round, plan.node, "train")
-    node.reply.check(msg, context, plan.node)
-    update = node.pipeline.run(RoundStart(plan, downlink, _held_state(context, plan)))
+    start = _round_start(run, node, plan, downlink, msg.content, context)
+    update = node.pipeline.run(start)
     _store(context, plan, update.state())
-    return Message(node.reply.content(update, msg, context), reply_to=msg)
+    return Message(node.reply.content(update, msg.content, context), reply_to=msg)
+
+
+def _round_start(run: str, node: Node, plan: LocalPlan, downlink: Downlink | Mix, content: RecordDict,
+                 context: Context) -> RoundStart:
+    """Failure injection, the reply kind's check, the node's held state: all before training."""
+    maybe_fail(_setup(run).cfg, plan.round, plan.node, "train")
+    node.reply.check(content, context, plan.node)
+    return RoundStart(plan, downlink, _held_state(context, plan))
+
+
+def _train_cohort(run: str, content: RecordDict, context: Context) -> RecordDict:
+    """A cohort message: every member's round, the training of all in one call (``fedrl.node.cohort``);
+    one reply content with each member's reply, or why it failed (it fails alone)."""
+    members = decode_cohort(content, _setup(run).cfg.nodes.count)
+    replies: list[RecordDict | str] = [""] * len(members)
+    ready: list[tuple[int, Node, LocalPlan, RecordDict, RoundStart]] = []
+    for j, member in enumerate(members):
+        try:
+            if isinstance(member, str):
+                raise codec.WireError(f"the server sent an error as a plan: {member}")
+            plan, downlink = codec.decode_plan(member)
+            if any(p.node == plan.node for _, _, p, _, _ in ready):
+                raise codec.WireError(f"node {plan.node} appears twice in one cohort")
+            node = _node(run, plan.node)
+            ready.append((j, node, plan, member, _round_start(run, node, plan, downlink, member, context)))
+        except Exception as err:  # noqa: BLE001 - a member's bad plan is its own failure
+            replies[j] = _failed(err)
+    outcomes = run_cohort([node.pipeline for _, node, _, _, _ in ready], [start for *_, start in ready])
+    for (j, node, plan, member, _), outcome in zip(ready, outcomes, strict=True):
+        try:
+            if isinstance(outcome, Exception):
+                raise outcome
+            _store(context, plan, outcome.state())
+            replies[j] = node.reply.content(outcome, member, context)
+        except Exception as err:  # noqa: BLE001
+            replies[j] = _failed(err)
+    return encode_cohort(replies)
+
+
+def _failed(err: Exception) -> str:
+    log.warning("cohort member failed: %s: %s", type(err).__name__, err)
+    return f"{type(err).__name__}: {err}"
 
 
 def _run_key(context: Context) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import ConfigRecord, Context, RecordDict
 
 from fedrl.attacks import HOSTILE
 from fedrl.config import Config
@@ -26,11 +26,11 @@ class ReplyKind(Protocol):
     @property
     def name(self) -> str: ...
 
-    def check(self, msg: Message, context: Context, node: int) -> None:
-        """Raise ``WireError`` if this plan cannot be answered (before the node trains)."""
+    def check(self, plan: RecordDict, context: Context, node: int) -> None:
+        """Raise ``WireError`` if the plan (a message's content) cannot be answered (before the node trains)."""
 
-    def content(self, update: NodeUpdate, msg: Message, context: Context) -> RecordDict:
-        """The reply to the plan ``msg`` carried, for the node's finished ``update``."""
+    def content(self, update: NodeUpdate, plan: RecordDict, context: Context) -> RecordDict:
+        """The reply to the plan ``plan``, for the node's finished ``update``."""
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,10 @@ class PlainReply:
 
     name: ClassVar[str] = "plain"
 
-    def check(self, msg: Message, context: Context, node: int) -> None:
+    def check(self, plan: RecordDict, context: Context, node: int) -> None:
         return None
 
-    def content(self, update: NodeUpdate, msg: Message, context: Context) -> RecordDict:
+    def content(self, update: NodeUpdate, plan: RecordDict, context: Context) -> RecordDict:
         return codec.encode_reply(update.reply())
 
 
@@ -59,10 +59,10 @@ class HostileReply:
     def name(self) -> str:
         return f"hostile({self.kind})"
 
-    def check(self, msg: Message, context: Context, node: int) -> None:
+    def check(self, plan: RecordDict, context: Context, node: int) -> None:
         return None
 
-    def content(self, update: NodeUpdate, msg: Message, context: Context) -> RecordDict:
+    def content(self, update: NodeUpdate, plan: RecordDict, context: Context) -> RecordDict:
         return hostile.hostile_content(self.kind, update.reply(), self.cfg, update.plan.round, self.obs_dim)
 
 
@@ -75,15 +75,15 @@ class SecureReply:
     privacy: PrivacyPlan | None
     name: ClassVar[str] = "secure"
 
-    def check(self, msg: Message, context: Context, node: int) -> None:
-        _secure_setup(msg.content, node)
+    def check(self, plan: RecordDict, context: Context, node: int) -> None:
+        _secure_setup(plan, node)
         if not secure_client.has_keys(context, node):
             raise codec.WireError(f"node {node} holds no secure-aggregation keys for this round")
 
-    def content(self, update: NodeUpdate, msg: Message, context: Context) -> RecordDict:
-        plan, plan_record = update.plan, codec.plan_record(msg.content)
-        return secure_client.start(self.cfg, context, plan.node, plan.round, plan_record,
-                                   _secure_setup(msg.content, plan.node), update.delta, update.env_steps,
+    def content(self, update: NodeUpdate, plan: RecordDict, context: Context) -> RecordDict:
+        local, plan_record = update.plan, codec.plan_record(plan)
+        return secure_client.start(self.cfg, context, local.node, local.round, plan_record,
+                                   _secure_setup(plan, local.node), update.delta, update.env_steps,
                                    update.metrics, self.privacy)
 
 

@@ -44,7 +44,7 @@ def train_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> tuple[lis
         if nm.busy(node):  # its SuperNode still runs a plan that missed an earlier deadline
             bad[node] = "still busy with an earlier round's plan (missed round.deadline-s)"
     plans = {node: codec.encode_plan(*fed.plan(node, rnd)) for node in chosen if node not in bad}
-    for node, r in exchange(grid, fed, nm, plans, codec.TRAIN, rnd, deadline).items():
+    for node, r in exchange(grid, fed, nm, plans, codec.TRAIN, rnd, deadline, fed.cfg.nodes.cohort_size).items():
         checked = check_reply(fed, r, node, deadline)
         if isinstance(checked, str):
             bad[node] = checked

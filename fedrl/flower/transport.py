@@ -3,7 +3,9 @@
 Discovery maps logical nodes onto SuperNodes (``NodeMap``); ``exchange`` sends one content per
 logical node in waves, so a SuperNode that serves several logical nodes never holds two
 messages at once (Flower's simulation worker updates a node's ``context.state`` without a
-lock), polls for the replies, and counts every byte that crosses the wire.
+lock), or several nodes' contents in one cohort message (``nodes.cohort-size``), polls for the
+replies, splits them into one ``Answer`` per logical node, and counts every byte that crosses
+the wire.
 """
 
 from __future__ import annotations
@@ -20,10 +22,29 @@ from flwr.serverapp import Grid
 from fedrl.config import Config
 from fedrl.federation import Federation
 from fedrl.flower import codec
+from fedrl.flower.cohort_codec import decode_cohort, encode_cohort
 from fedrl.wire import Reply
 
 log = logging.getLogger("fedrl")
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What came back for one logical node: its reply content, or why there is none (``why``:
+    a client error, or a cohort reply that could not be split)."""
+
+    content: RecordDict | None = None
+    why: str | None = None
+
+    @staticmethod
+    def of(m: Message | None) -> Answer | None:
+        """A Flower reply as an answer (None: no reply)."""
+        if m is None:
+            return None
+        if m.has_error():
+            return Answer(why=f"client error: {short_reason(m.error.reason or '')}")
+        return Answer(content=m.content)
 
 
 @dataclass(frozen=True)
@@ -52,13 +73,16 @@ def reap_late(grid: Grid, fed: Federation, nm: NodeMap) -> None:
     on any silent past ``round.timeout-s``."""
     if not nm.late:
         return
-    by_id = {mid: node for node, (mid, _) in nm.late.items()}
+    by_id: dict[str, list[int]] = {}
+    for node, (mid, _) in nm.late.items():
+        by_id.setdefault(mid, []).append(node)  # a cohort's nodes share one message
     for m in grid.pull_messages(list(by_id)):
-        node = by_id[m.metadata.reply_to_message_id]
+        nodes = by_id[m.metadata.reply_to_message_id]
         if m.has_content():
             fed.counters.received(codec.wire_bytes(m))
-        log.info("node %d's late reply arrived and was dropped (its round is over)", node)
-        del nm.late[node]
+        log.info("node(s) %s: a late reply arrived and was dropped (its round is over)", nodes)
+        for node in nodes:
+            del nm.late[node]
     now = time.monotonic()
     for node, (_, sent) in list(nm.late.items()):
         if now - sent > fed.cfg.round.timeout_s:
@@ -139,46 +163,65 @@ def _ask_partitions(grid: Grid, ids: list[int], timeout: float) -> dict[int, tup
     return out
 
 
-def _waves(nodes: list[int], nm: NodeMap) -> Iterable[list[int]]:
+def _waves(nodes: list[int], nm: NodeMap, cohort: int = 1) -> Iterable[list[list[int]]]:
+    """Batches of logical nodes, one per SuperNode per wave, at most ``cohort`` nodes a batch."""
     pending = list(nodes)
     while pending:
-        used: set[int] = set()
-        wave = []
+        batches: dict[int, list[int]] = {}
         for n in pending:
-            if nm.supernode(n) not in used:
-                used.add(nm.supernode(n))
-                wave.append(n)
-        pending = [n for n in pending if n not in wave]
+            batch = batches.setdefault(nm.supernode(n), [])
+            if len(batch) < cohort:
+                batch.append(n)
+        wave = list(batches.values())
+        taken = {n for batch in wave for n in batch}
+        pending = [n for n in pending if n not in taken]
         yield wave
 
 
 def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, RecordDict], mtype: str,
-             rnd: int, deadline_s: float = 0.0) -> dict[int, Message | None]:
-    """Send each logical node its content (in waves) and return its reply (None: none in time).
+             rnd: int, deadline_s: float = 0.0, cohort: int = 1) -> dict[int, Answer | None]:
+    """Send each logical node its content (in waves) and return its answer (None: none in time).
 
-    Every byte that crosses the wire is counted, usable or not. With ``deadline_s`` a wave waits
-    at most that long, and messages still out are kept in ``nm.late``.
+    With ``cohort > 1`` a SuperNode gets up to ``cohort`` of its logical nodes' contents in one
+    message (``fedrl.flower.cohort_codec``) and answers for each. Every byte that crosses the
+    wire is counted, usable or not. With ``deadline_s`` a wave waits at most that long, and
+    messages still out are kept in ``nm.late``.
     """
-    out: dict[int, Message | None] = {}
+    out: dict[int, Answer | None] = {}
     timeout = min(deadline_s, fed.cfg.round.timeout_s) if deadline_s > 0 else fed.cfg.round.timeout_s
-    for wave in _waves(list(contents), nm):
-        msgs = [Message(contents[n], dst_node_id=nm.supernode(n), message_type=mtype, group_id=str(rnd))
-                for n in wave]
+    for wave in _waves(list(contents), nm, cohort):
+        msgs = [Message(contents[batch[0]] if len(batch) == 1 else encode_cohort([contents[n] for n in batch]),
+                        dst_node_id=nm.supernode(batch[0]), message_type=mtype, group_id=str(rnd)) for batch in wave]
         fed.counters.sent(sum(codec.wire_bytes(m) for m in msgs))
         sent = list(grid.push_messages(msgs))
         t0 = time.monotonic()
         replies = _collect(grid, sent, timeout)
-        for mid, node in zip(sent, wave, strict=True):
+        for mid, batch in zip(sent, wave, strict=True):
             r = replies.get(mid)
             if r is not None and r.has_content():
                 fed.counters.received(codec.wire_bytes(r))
             if r is None and deadline_s > 0:
-                nm.late[node] = (mid, t0)
-            out[node] = r
+                nm.late.update({node: (mid, t0) for node in batch})
+            out.update(_answers(r, batch))
     return out
 
 
-def check_reply(fed: Federation, r: Message | None, node: int, deadline_s: float = 0.0) -> Reply | str:
+def _answers(r: Message | None, batch: list[int]) -> dict[int, Answer | None]:
+    """Each node's answer in a reply to one message (one node, or a cohort)."""
+    answer = Answer.of(r)
+    if len(batch) == 1 or answer is None or answer.content is None:
+        return dict.fromkeys(batch, answer)
+    try:
+        members = decode_cohort(answer.content, len(batch))
+        if len(members) != len(batch):
+            raise codec.WireError(f"{len(members)} member replies for {len(batch)} plans")
+    except Exception as err:  # noqa: BLE001 - a hostile SuperNode's bytes never end the round
+        return dict.fromkeys(batch, Answer(why=f"malformed cohort reply: {err}"))
+    return {node: Answer(why=f"client error: {m}") if isinstance(m, str) else Answer(content=m)
+            for node, m in zip(batch, members, strict=True)}
+
+
+def check_reply(fed: Federation, r: Answer | None, node: int, deadline_s: float = 0.0) -> Reply | str:
     """The decoded reply if it may enter the aggregate, else why not (never raises).
 
     The reply is decoded against the layout of the model ``node`` was sent
@@ -197,7 +240,7 @@ def check_reply(fed: Federation, r: Message | None, node: int, deadline_s: float
     return reply if why is None else why
 
 
-def decode_reply_safely(r: Message | None, decode: Callable[[RecordDict], T],
+def decode_reply_safely(r: Answer | None, decode: Callable[[RecordDict], T],
                         deadline_s: float = 0.0) -> tuple[T | None, str | None]:
     """``(decode(r.content), None)``, or ``(None, why the node is left out)``; never raises.
 
@@ -205,7 +248,7 @@ def decode_reply_safely(r: Message | None, decode: Callable[[RecordDict], T],
     record makes Flower or numpy raise) is that node's exclusion, never the round's end.
     """
     why = failure(r, deadline_s)
-    if why is not None or r is None:
+    if why is not None or r is None or r.content is None:
         return None, why or "no reply"
     try:
         return decode(r.content), None
@@ -220,14 +263,12 @@ def reply_layout(fed: Federation, node: int) -> codec.Layout:
     return codec.Layout(tuple(w.shape for w in fed.models[fed.slot(node)]), fed.spec.obs_dim)
 
 
-def failure(r: Message | None, deadline_s: float = 0.0) -> str | None:
-    """Why a reply is no answer at all (timeout or client error), else None."""
+def failure(r: Answer | None, deadline_s: float = 0.0) -> str | None:
+    """Why an answer is no reply at all (timeout, client error, a broken cohort reply), else None."""
     if r is None:
         return f"no reply within round.deadline-s = {deadline_s:g} s" if deadline_s > 0 else \
             "no reply before round.timeout-s"
-    if r.has_error():
-        return f"client error: {short_reason(r.error.reason or '')}"
-    return None
+    return r.why
 
 
 def _collect(grid: Grid, ids: list[str], timeout: float) -> dict[str, Message]:

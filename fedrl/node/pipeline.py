@@ -30,17 +30,24 @@ class NodePipeline:
 
     receive: NodeStage[RoundStart, Received]
     prepare: tuple[NodeStage[Received, Received], ...]  # still receiving: where training starts from
-    train: NodeStage[Received, NodeUpdate]
+    train: stages.TrainLocally
     attack: tuple[Update, ...]
     privatize: tuple[Update, ...]
     encode: tuple[Update, ...]  # empty under secure aggregation
 
     def run(self, start: RoundStart) -> NodeUpdate:
         """The node's round from the plan it received to the update it sends."""
+        return self.finish(self.train(self.start(start)))
+
+    def start(self, start: RoundStart) -> Received:
+        """Receive: the weights training starts from."""
         received = self.receive(start)
         for prepare in self.prepare:
             received = prepare(received)
-        update = self.train(received)
+        return received
+
+    def finish(self, update: NodeUpdate) -> NodeUpdate:
+        """Attack, privatize, encode: the trained update on its way out."""
         for stage in (*self.attack, *self.privatize, *self.encode):
             update = stage(update)
         return update

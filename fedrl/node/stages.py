@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
-from fedrl.algorithms.base import Algorithm, TrainJob
+from fedrl.algorithms.base import Algorithm, CohortMember, TrainJob
 from fedrl.attacks import attack_update
 from fedrl.compression import ef21
 from fedrl.compression.downlink import Downlink, receive
@@ -34,7 +34,7 @@ from fedrl.rl.networks import PolicySpec
 from fedrl.seeding import ATTACK, numpy_rng
 from fedrl.topology import gossip
 from fedrl.topology.gossip import Mix
-from fedrl.wire import LocalPlan, uplink_scale
+from fedrl.wire import LocalPlan, LocalResult, uplink_scale
 
 if TYPE_CHECKING:
     from fedrl.privacy.dpsgd import SampleDP
@@ -136,6 +136,14 @@ class TrainLocally:
             result = self.algorithm.train(cfg, job)
         finally:
             envs.close()
+        return self.updated(r, result)
+
+    def member(self, r: Received) -> CohortMember:
+        """This node's part of a cohort's training (``fedrl.node.cohort``)."""
+        return CohortMember(r.start, r.plan, r.held, self.variant, self.sample_dp, self.random_actions)
+
+    def updated(self, r: Received, result: LocalResult) -> NodeUpdate:
+        """The update that training ``r`` to ``result`` makes."""
         delta = flatten(result.weights) - flatten(r.start)
         return NodeUpdate(r.plan, r.held, r.start, {**r.kept, **result.state.arrays}, result.weights, delta,
                           result.env_steps, result.obs_moments, result.metrics)

@@ -15,7 +15,7 @@ from fedrl.config import from_run_config
 from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.hostile import hostile_content, npy_bomb, overflow_topk
-from fedrl.flower.transport import check_reply
+from fedrl.flower.transport import Answer, check_reply
 from fedrl.rl.normalize import Moments
 from fedrl.wire import Reply, uplink_scale
 
@@ -54,7 +54,7 @@ def _task_identity(monkeypatch: pytest.MonkeyPatch) -> None:
 def _check(fed: Federation, content: RecordDict) -> Reply | str:
     """What the ServerApp makes of ``content`` as node 0's reply (``transport.check_reply``)."""
     request = Message(RecordDict(), dst_node_id=7, message_type=codec.TRAIN, group_id="1")
-    return check_reply(fed, Message(content, reply_to=request), 0)
+    return check_reply(fed, Answer.of(Message(content, reply_to=request)), 0)
 
 
 @pytest.mark.parametrize("up", ["none", "topk"])

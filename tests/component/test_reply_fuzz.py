@@ -37,7 +37,7 @@ from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
 from fedrl.flower.hostile import npy_bytes as _npy
-from fedrl.flower.transport import check_reply, decode_reply_safely
+from fedrl.flower.transport import Answer, check_reply, decode_reply_safely
 from fedrl.secagg import Masked
 from fedrl.wire import Reply, uplink_scale
 
@@ -347,7 +347,7 @@ def _run(up: str, examples: int, hostile: Callable[[st.DataObject, int], Reply] 
             _mutate(data, rec)
         msg = _message(Error(code=0, reason=data.draw(st.text(max_size=30))) if kind == "error" else rec)
         expected = data.draw(st.sampled_from([node, node, (node + 1) % 3]))
-        checked, peak = _measure(lambda: check_reply(fed, msg, expected))
+        checked, peak = _measure(lambda: check_reply(fed, Answer.of(msg), expected))
         _check_outcome(fed, checked, expected, peak)
 
     return _counted(one)
@@ -398,7 +398,7 @@ def test_no_secure_stage_reply_escapes() -> None:
             _mutate(data, rec)
         msg = _message(Error(code=0, reason="boom") if kind == "error" else rec)
         decode = (lambda rec: sc.decode_masked(rec, bits, length)) if stage == "mask" else sc.decode_trained
-        (value, why), peak = _measure(lambda: decode_reply_safely(msg, decode))
+        (value, why), peak = _measure(lambda: decode_reply_safely(Answer.of(msg), decode))
         assert peak <= 8 * 4 * fed.n_params + ALLOWANCE, peak
         STATS["peak"] = max(STATS["peak"], peak)
         if why is not None:
