@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from fedrl.rl.normalize import Moments
-from fedrl.rl.rollout import Cursor, Rollout, to_env_actions
+from fedrl.rl.rollout import Cursor, Rollout, scale_rewards, step_envs
 from fedrl.rl.stacked import StackedActorCritic
 
 
@@ -115,19 +115,14 @@ def collect_cohort(
             action, logp = model.sample(obs_t.reshape(k, e, -1), generators)
             value = model.value(obs_t.reshape(k, e, -1))
         flat_action = action.reshape(n, *action.shape[2:])
-        next_raw, reward, terminated, truncated, infos = envs.step(
-            to_env_actions(flat_action.numpy(), envs.single_action_space))
-        reward = np.asarray(reward, np.float64)
-        done = np.logical_or(terminated, truncated)
+        next_raw, reward, terminated, truncated, done, infos = step_envs(envs, flat_action)
         ep_ret += reward
         ep_len += 1
         scaled = reward
-        if ret_m is not None:
-            # Reward scaling per node, as fedrl.rl.rollout.collect (Engstrom et al., ICLR 2020).
-            ret_acc = ret_acc * gamma + reward
-            ret_m = ret_m.merge(MomentsStack.of(ret_acc.reshape(k, e, 1)))
-            scaled = reward / np.sqrt(ret_m.var[node_of, 0] + 1e-8)
-            ret_acc = np.where(done, 0.0, ret_acc)
+        if ret_m is not None:  # per node: each node's statistics scale its envs' rewards
+            scaled, ret_acc, ret_m = scale_rewards(reward, done, ret_acc, gamma, ret_m,
+                                                   lambda acc: MomentsStack.of(acc.reshape(k, e, 1)),
+                                                   lambda m: m.var[node_of, 0])
         if obs_m is not None:
             batch = MomentsStack.of(next_raw.reshape(k, e, -1))
             obs_m = obs_m.merge(batch)

@@ -7,12 +7,14 @@ and the returned observation is already the first of the next episode.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import gymnasium as gym
 import numpy as np
 import torch
+from typing_extensions import Self
 
 from fedrl.rl.networks import ActorCritic
 from fedrl.rl.normalize import Moments, normalize
@@ -77,6 +79,44 @@ def to_env_actions(actions: np.ndarray, space: gym.Space) -> np.ndarray:  # type
     return actions.astype(np.int64)
 
 
+class EnvStep(NamedTuple):
+    """One vector step: raw next observations, float64 rewards, the episode-end flags, ``infos``."""
+
+    obs: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    done: np.ndarray
+    infos: dict[str, Any]
+
+
+def step_envs(envs: gym.vector.VectorEnv, actions: torch.Tensor) -> EnvStep:  # type: ignore[type-arg]
+    """Step ``envs`` with the policy's actions ``[E, ...]`` in the env's form (``to_env_actions``)."""
+    obs, reward, terminated, truncated, infos = envs.step(to_env_actions(actions.numpy(), envs.single_action_space))
+    return EnvStep(obs, np.asarray(reward, np.float64), terminated, truncated, np.logical_or(terminated, truncated),
+                   infos)
+
+
+M = TypeVar("M", bound="Mergeable")
+
+
+class Mergeable(Protocol):
+    def merge(self, other: Self) -> Self: ...
+
+
+def scale_rewards(reward: np.ndarray, done: np.ndarray, ret_acc: np.ndarray, gamma: float, ret_m: M,
+                  moments_of: Callable[[np.ndarray], M], var_of: Callable[[M], np.ndarray | float],
+                  ) -> tuple[np.ndarray, np.ndarray, M]:
+    """Reward scaling as gymnasium's NormalizeReward: divide by the std of the discounted return
+    (Engstrom et al., ICLR 2020, "code-level optimizations"). ``ret_acc`` is each env's running
+    discounted return, ``ret_m`` its statistics (``moments_of`` a batch of ``ret_acc``; ``var_of``
+    the variance each env divides by). Returns the scaled rewards, the next ``ret_acc`` (reset
+    where an episode ended) and the merged statistics."""
+    ret_acc = ret_acc * gamma + reward
+    ret_m = ret_m.merge(moments_of(ret_acc))
+    return reward / np.sqrt(var_of(ret_m) + 1e-8), np.where(done, 0.0, ret_acc), ret_m
+
+
 def collect(
     model: ActorCritic,
     envs: gym.vector.VectorEnv,
@@ -113,19 +153,13 @@ def collect(
             else:
                 action, logp = model.sample(obs_t, generator)
             value = model.value(obs_t)
-        next_raw, reward, terminated, truncated, infos = envs.step(to_env_actions(action.numpy(), envs.single_action_space))
-        reward = np.asarray(reward, np.float64)
-        done = np.logical_or(terminated, truncated)
+        next_raw, reward, terminated, truncated, done, infos = step_envs(envs, action)
         ep_ret += reward
         ep_len += 1
         scaled = reward
         if ret_m is not None:
-            # Reward scaling as gymnasium's NormalizeReward: divide by the std of the
-            # discounted return (Engstrom et al., ICLR 2020, "code-level optimizations").
-            ret_acc = ret_acc * gamma + reward
-            ret_m = ret_m.merge(Moments.of(ret_acc[:, None]))
-            scaled = reward / np.sqrt(ret_m.var[0] + 1e-8)
-            ret_acc = np.where(done, 0.0, ret_acc)
+            scaled, ret_acc, ret_m = scale_rewards(reward, done, ret_acc, gamma, ret_m,
+                                                   lambda acc: Moments.of(acc[:, None]), lambda m: m.var[0])
         if obs_m is not None:
             obs_m, obs_local = _update_obs(obs_m, obs_local, next_raw)
         for e in np.flatnonzero(done):

@@ -79,8 +79,7 @@ class Pendulum(BatchedEnv):
     env_id = "Pendulum-v1"
     defaults: ClassVar[dict[str, float]] = {"g": 10.0, "m": 1.0, "l": 1.0, "max_torque": 2.0}
     state_size = 2
-    max_speed = 8.0
-    dt = 0.05
+    max_speed, dt = 8.0, 0.05
 
     def derive(self) -> None:
         self.p["l_sq"] = pow_square(self.p["l"])
@@ -126,10 +125,8 @@ class Acrobot(BatchedEnv):
     env_id = "Acrobot-v1"
     defaults: ClassVar[dict[str, float]] = {"link_length_1": 1.0, "link_length_2": 1.0, "link_mass_1": 1.0, "link_mass_2": 1.0}
     state_size = 4
-    dt = 0.2
-    moi = 1.0
-    max_vel_1 = 4 * np.pi
-    max_vel_2 = 9 * np.pi
+    dt, moi = 0.2, 1.0
+    max_vel_1, max_vel_2 = 4 * np.pi, 9 * np.pi
     torques = np.array([-1.0, 0.0, 1.0])
 
     def derive(self) -> None:
