@@ -17,7 +17,8 @@ from __future__ import annotations
 import gymnasium as gym
 
 from fedrl.envs.batched.base import BatchedEnv
-from fedrl.envs.batched.classic import FAMILIES
+from fedrl.envs.batched.classic import Acrobot, CartPole, Pendulum
+from fedrl.envs.batched.mountain_car import MountainCar, MountainCarContinuous
 from fedrl.envs.families import check_env_id, check_params, check_values
 from fedrl.envs.make import make_vector_env
 from fedrl.errors import ConfigError
@@ -25,6 +26,10 @@ from fedrl.errors import ConfigError
 __all__ = ["BatchedEnv", "batched_supported", "make_batched_env"]
 
 _BATCHED_KWARGS = frozenset({"max_episode_steps"})
+FAMILIES: dict[str, type[BatchedEnv]] = {
+    cls.env_id: cls for cls in (CartPole, Pendulum, Acrobot, MountainCar, MountainCarContinuous)
+}
+FAMILIES["CartPole-v0"] = CartPole  # same physics; its time limit (200) comes from the spec
 
 
 def batched_supported(env_id: str, kwargs: dict[str, object]) -> bool:
