@@ -78,6 +78,8 @@ class EvalConfig:
     stop_at_target: bool = opt("eval.stop-at-target", False, "end the run once every variant reaches the target")
     held_out: int = opt("eval.held-out", 0, "also evaluate on N variants no node trains on, drawn from env.vary "
                         "(0: off)", ck.held_out)
+    nodes: int = opt("eval.nodes", 0, "evaluate on N of the nodes' variants, a sample drawn by seed and kept for the "
+                     "whole run (0: every node's variant; for large federations)", ck.non_negative)
 
 
 

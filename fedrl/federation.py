@@ -289,6 +289,7 @@ class Federation:
         return {
             "run_config": to_flat(self.cfg),
             "nodes": [{"node": i, "params": v} for i, v in enumerate(self.variants)],
+            "eval_nodes": self.evaluation.nodes,  # whose variants the server evaluates (eval.nodes)
             **({"heldout": [{"index": j, "params": v} for j, v in enumerate(self.heldout)]} if self.heldout else {}),
             "policy": {"obs_dim": self.spec.obs_dim, "action_kind": self.spec.action_kind,
                        "action_dim": self.spec.action_dim, "hidden": list(self.spec.hidden),

@@ -125,7 +125,8 @@ def _evaluations(rows: list[dict[str, Any]]) -> list[tuple[int, list[float]]]:
 def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
     rows = folder.read_metrics()
     evals = _evaluations(rows)
-    if evals and evals[-1][0] == fed.round and len(evals[-1][1]) == len(fed.variants):
+    nodes = fed.evaluation.nodes  # eval.nodes: whose variants were evaluated
+    if evals and evals[-1][0] == fed.round and len(evals[-1][1]) == len(nodes):
         returns = evals[-1][1]
     else:  # the run stopped after a round that did not evaluate: the final model is evaluated now
         returns = fed.evaluate_own()
@@ -138,7 +139,7 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
         "wall_time_s": fed.counters.wall_time_s,
         "bytes_up_total": fed.counters.bytes_up,
         "bytes_down_total": fed.counters.bytes_down,
-        "eval": [{"node": i, "params": v, "mean_return": r} for i, (v, r) in enumerate(zip(fed.variants, returns, strict=True))],
+        "eval": [{"node": i, "params": fed.variants[i], "mean_return": r} for i, r in zip(nodes, returns, strict=True)],
         "eval_mean_return": float(np.mean(returns)),
         "eval_min_return": float(np.min(returns)),
         "target_return": fed.target,
@@ -169,7 +170,7 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
     summary |= fed.rule.summary_fields(fed.round)  # hierarchical: bytes_cloud_total; gossip: consensus_distance
     folder.write_summary(summary)
     folder.save_model(fed.names, *model_arrays(fed))
-    labels = [", ".join(f"{k}={v:.3g}" for k, v in p.items()) or f"node {i}" for i, p in enumerate(fed.variants)]
+    labels = [", ".join(f"{k}={v:.3g}" for k, v in fed.variants[i].items()) or f"node {i}" for i in nodes]
     folder.plot(labels)
     print_table(summary)
     return summary

@@ -14,6 +14,8 @@ import torch
 ENV_RESET, TRAIN, SELECT, EVAL, INIT, COMPRESS, DROPOUT, SECAGG, ATTACK = 1, 2, 3, 4, 5, 6, 7, 8, 9
 # Held-out variants (fedrl.envs.spec.sample_heldout) and their evaluation episodes.
 HELDOUT = 10
+# The sample of nodes whose variants the server evaluates (eval.nodes).
+EVAL_SAMPLE = 11
 
 
 def derive(*ints: int) -> int:

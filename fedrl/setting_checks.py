@@ -27,6 +27,14 @@ def compression_fraction_error(cfg: Config) -> ConfigError | None:
     return None
 
 
+def eval_nodes_error(cfg: Config) -> ConfigError | None:
+    """An ``eval.nodes`` sample larger than the federation."""
+    if cfg.eval.nodes > cfg.nodes.count:
+        return ConfigError("eval.nodes", f"got {cfg.eval.nodes}; at most nodes.count = {cfg.nodes.count} "
+                                         "(0: every node's variant)")
+    return None
+
+
 def secagg_error(cfg: Config) -> ConfigError | None:
     """SecAgg+ neighbourhoods that do not fit the federation, or a ring a sum of codes would wrap."""
     c, secagg, n = cfg.compression, cfg.secagg, cfg.nodes.count

@@ -59,7 +59,8 @@ def _combination_error(cfg: Config) -> ConfigError | None:
 
 # After ``validate``: a value's own range, which features combine, then what their sizes allow.
 _IN_ORDER: tuple[Callable[[Config], ConfigError | None], ...] = (
-    setting_checks.compression_fraction_error, _combination_error, setting_checks.secagg_error,
+    setting_checks.compression_fraction_error, setting_checks.eval_nodes_error, _combination_error,
+    setting_checks.secagg_error,
     setting_checks.byzantine_error, setting_checks.hierarchy_error, setting_checks.gossip_graph_error,
     setting_checks.asynchronous_error)
 
