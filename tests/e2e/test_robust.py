@@ -39,5 +39,6 @@ def test_fedadam_solves_heterogeneous_cartpole(flower: LocalFlower, tmp_path: Pa
     a worst-variant return of 230-340 for 30 rounds (the same trajectory before and after issue 14's
     redesign, measured 2026-12-01); with it off they solve in 17 rounds."""
     flower.solve("strategy.name='fedadam' strategy.server-lr=0.05 strategy.tau=0.01 strategy.beta2=0.999 "
-                 "algo.norm-obs='off' eval.episodes=3 eval.stop-at-target=true", tmp_path / "runs", "a", timeout=900)
+                 "algo.norm-obs='off' eval.episodes=3 eval.stop-at-target=true nodes.cohort-size=4", tmp_path / "runs",
+                 "a", timeout=900)
     assert (tmp_path / "runs" / "a" / "checkpoint.npz").exists()

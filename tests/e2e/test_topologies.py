@@ -15,7 +15,8 @@ pytestmark = pytest.mark.slow
 def test_hierarchical_solves_heterogeneous_cartpole_and_counts_the_cloud_tier(flower: LocalFlower,
                                                                               tmp_path: Path) -> None:
     summary, rows = flower.solve("topology.name='hierarchical' topology.edges=2 topology.cloud-every=2 eval.every=2 "
-                                 "eval.episodes=3 eval.stop-at-target=true", tmp_path / "runs", "h", timeout=900)
+                                 "eval.episodes=3 eval.stop-at-target=true nodes.cohort-size=4", tmp_path / "runs", "h",
+                                 timeout=900)
     # every second round each of the 2 edges sends its model up and gets the cloud's back (float32)
     assert all(r["bytes_cloud"] == (r["round"] // 2) * 2 * 2 * 4 * 9155 for r in rows), rows
     assert summary["bytes_cloud_total"] == rows[-1]["bytes_cloud"]
@@ -24,6 +25,7 @@ def test_hierarchical_solves_heterogeneous_cartpole_and_counts_the_cloud_tier(fl
 @pytest.mark.parametrize("graph", ["ring", "exponential"])
 def test_gossip_solves_heterogeneous_cartpole_on_every_node(flower: LocalFlower, tmp_path: Path, graph: str) -> None:
     """No global model: the worst node's mixed model, on its own variant, reaches 475."""
+    # One message per node (no cohorts): the bytes below count every node's relayed neighbours.
     summary, rows = flower.solve(f"topology.name='gossip' topology.graph='{graph}' eval.episodes=3 "
                                  "eval.stop-at-target=true", tmp_path / "runs", "g", timeout=900)
     assert all(r["consensus_distance"] >= 0 for r in rows) and len(summary["eval_cross"]) == 8
