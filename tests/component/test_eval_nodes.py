@@ -8,7 +8,6 @@ variants, and metrics rows, summary.json and config.json name the sampled nodes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from fedrl.config import from_run_config
 from fedrl.evaluation import eval_nodes
 from fedrl.federation import Federation
 from fedrl.rl.evaluate import evaluate
+from tests.component.one_round import one_round
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = {"nodes.count": 12, "algo.local-steps": 256, "eval.episodes": 1, "env.kwargs": "max_episode_steps=50",
@@ -35,19 +35,12 @@ def test_the_sample_is_seeded_sorted_and_all_when_off() -> None:
 
 
 def test_rows_summary_and_config_name_the_sampled_nodes(tmp_path: Path) -> None:
-    from fedrl.rundir import end_round, finish, resolve_run_folder
-
     fed = Federation(from_run_config({**SMALL, "eval.nodes": 3, "num-server-rounds": 1,
                                       "output-dir": str(tmp_path), "run-name": "r"}))
     nodes = fed.evaluation.nodes
     want = evaluate(fed.spec, fed.models[0], fed.moments[0], "CartPole-v1", [fed.variants[i] for i in nodes],
                     fed.kwargs, 1, fed.cfg.seed, nodes=nodes)
-    folder = resolve_run_folder(fed)
-    fed.round = 1
-    end_round(fed, folder, 0.0, 0.0, {})
-    summary = finish(fed, folder)
-    row = json.loads((tmp_path / "r" / "metrics.jsonl").read_text().splitlines()[-1])
-    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    row, summary, config = one_round(fed, tmp_path / "r")
     assert row["eval_returns"] == want
     assert [e["node"] for e in summary["eval"]] == nodes == config["eval_nodes"]
     assert [e["params"] for e in summary["eval"]] == [fed.variants[i] for i in nodes]

@@ -4,7 +4,6 @@ adding nothing; fedrl check refuses what cannot be held out naming the key."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from fedrl.config import from_run_config
 from fedrl.federation import Federation
 from fedrl.rl.evaluate import evaluate
 from fedrl.seeding import HELDOUT, derive
+from tests.component.one_round import one_round
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1, "env.kwargs": "max_episode_steps=50",
@@ -56,17 +56,8 @@ def test_the_exported_model_is_what_held_out_evaluation_scores(strategy: str) ->
 
 
 def _one_round(tmp_path: Path, held_out: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    from fedrl.rundir import end_round, finish, resolve_run_folder
-
     fed = _fed(**{"eval.held-out": held_out, "num-server-rounds": 1, "output-dir": str(tmp_path), "run-name": "r"})
-    folder = resolve_run_folder(fed)
-    fed.round = 1
-    end_round(fed, folder, 0.0, 0.0, {})
-    summary = finish(fed, folder)
-    row = json.loads((tmp_path / "r" / "metrics.jsonl").read_text().splitlines()[-1])
-    config = json.loads((tmp_path / "r" / "config.json").read_text())
-    assert json.loads((tmp_path / "r" / "summary.json").read_text()) == json.loads(json.dumps(summary))
-    return row, summary, config
+    return one_round(fed, tmp_path / "r")
 
 
 def test_rows_summary_and_config_report_held_out_variants(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
