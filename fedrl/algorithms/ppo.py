@@ -47,7 +47,8 @@ class PPO(Algorithm):
             return super().train_cohort(cfg, spec, members, env_kwargs)
         together = train_cohort(spec, cfg, [members[i].weights for i in plain], [members[i].plan for i in plain],
                                 [members[i].state for i in plain], [members[i].variant for i in plain], env_kwargs)
-        alone = iter(super().train_cohort(cfg, spec, [m for i, m in enumerate(members) if i not in plain],
+        together_set = set(plain)
+        alone = iter(super().train_cohort(cfg, spec, [m for i, m in enumerate(members) if i not in together_set],
                                           env_kwargs))
         by_index = dict(zip(plain, together, strict=True))
         return [by_index[i] if i in by_index else next(alone) for i in range(len(members))]

@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
-from fedrl.algorithms.base import Algorithm, CohortMember, TrainJob
+from fedrl.algorithms.base import Algorithm, CohortMember
 from fedrl.attacks import attack_update
 from fedrl.compression import ef21
 from fedrl.compression.downlink import Downlink, receive
 from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, compress, flatten, rng_for, training_start, unflatten
 from fedrl.config import Config
-from fedrl.envs.batched import make_batched_env
 from fedrl.node.flow import NodeUpdate, Received, RoundStart
 from fedrl.privacy.node import PRIVATE_METRICS, privatize
 from fedrl.privacy.plan import PrivacyPlan
@@ -113,10 +112,9 @@ class StartFromResidual:
 @dataclass(frozen=True)
 class TrainLocally:
     """Local training for the round's budget on this node's environment variant, by the run's
-    algorithm (``Algorithm.train``; ``algo.name``).
-
-    The node's vector env is built here and closed after training, whatever happens. The state
-    training returns (optimizer moments, env snapshots, accountant) joins ``kept``.
+    algorithm (``algo.name``): a cohort of one through ``Algorithm.train_cohort``, whose default
+    builds the node's vector env, calls ``Algorithm.train`` and closes the env, whatever happens.
+    The state training returns (optimizer moments, env snapshots, accountant) joins ``kept``.
     """
 
     cfg: Config
@@ -129,14 +127,9 @@ class TrainLocally:
     name: ClassVar[str] = "train"
 
     def __call__(self, r: Received) -> NodeUpdate:
-        cfg = self.cfg
-        envs = make_batched_env(cfg.env.id, [self.variant] * cfg.algo.num_envs, dict(self.env_kwargs))
-        try:
-            job = TrainJob(self.spec, r.start, envs, r.plan, r.held, self.sample_dp, self.random_actions)
-            result = self.algorithm.train(cfg, job)
-        finally:
-            envs.close()
-        return self.updated(r, result)
+        """Train this node alone: a cohort of one (``Algorithm.train_cohort`` builds and closes its envs)."""
+        result = self.algorithm.train_cohort(self.cfg, self.spec, [self.member(r)], dict(self.env_kwargs))
+        return self.updated(r, result[0])
 
     def member(self, r: Received) -> CohortMember:
         """This node's part of a cohort's training (``fedrl.node.cohort``)."""

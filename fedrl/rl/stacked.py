@@ -79,7 +79,10 @@ class StackedActorCritic:
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[K, B]`` log-probabilities of ``actions`` and entropies (summed over action dims),
         as ``ActorCritic.log_prob_entropy`` computes them with torch's distributions."""
-        out = self.actor(obs)
+        return self._log_prob_entropy(self.actor(obs), actions)
+
+    def _log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``log_prob_entropy`` from the actor's output ``out`` (``actor(obs)``)."""
         if self.spec.action_kind == "discrete":
             logits = out - out.logsumexp(-1, keepdim=True)
             logp = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -103,11 +106,4 @@ class StackedActorCritic:
             std = self.params["log_std"].exp().unsqueeze(1).expand_as(out)
             noise = torch.stack([torch.randn(out.shape[1:], generator=g) for g in generators])
             action = out + std * noise
-        return action, self.log_prob_entropy(obs, action)[0]
-
-    def random_action(self, obs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
-        """``ActorCritic.random_action`` for each node, from its own generator."""
-        n = obs.shape[1]
-        if self.spec.action_kind == "discrete":
-            return torch.stack([torch.randint(self.spec.action_dim, (n,), generator=g) for g in generators])
-        return torch.stack([torch.randn((n, self.spec.action_dim), generator=g) for g in generators])
+        return action, self._log_prob_entropy(out, action)[0]  # the same forward, not a second one
