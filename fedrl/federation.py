@@ -260,6 +260,12 @@ class Federation:
             return self.privacy.dist.bits
         return self.cfg.secagg.bits or required_ring_bits(self.cfg.compression.bits, nodes)
 
+    def secure_central_mean(self, total: np.ndarray, rnd: int) -> np.ndarray:
+        """Central DP under secure aggregation: the unmasked sum of the survivors' clipped updates to
+        the noised mean update (``ServerPrivacy.secure_mean``), divided by the nodes selected."""
+        assert self.dp is not None
+        return self.dp.secure_mean(total, len(self.select(rnd)))
+
     def distributed_mean(self, total: np.ndarray, survivors: int, rnd: int) -> np.ndarray:
         """Distributed DP: the unmasked ring sum of ``survivors`` nodes to the mean update, and one
         ledger step with the noise those nodes added; divided by the nodes selected, as in central mode."""

@@ -60,18 +60,21 @@ class RingCoding:
         w = min(int(np.floor(ratio * self.levels + rng.random())), self.levels)
         return np.concatenate([codes, np.asarray([w], np.uint64)])
 
+    def decode_total(self, total: np.ndarray, m: int) -> tuple[np.ndarray, float]:
+        """From the ring sum of ``m`` nodes' codes: (sum of weighted updates, float64; sum of weight ratios)."""
+        codes = np.asarray(total[:-1], np.float64)
+        step = 2.0 * self.clip / self.levels
+        return -m * self.clip + step * codes, float(total[-1]) / self.levels
+
     def decode_sum(self, total: np.ndarray, m: int) -> tuple[np.ndarray, float]:
         """From the ring sum of ``m`` nodes' codes: (weighted mean update, sum of weight ratios).
 
         Raises:
             ValueError: if the weights sum to zero (no usable update).
         """
-        codes = np.asarray(total[:-1], np.float64)
-        ratio_sum = float(total[-1]) / self.levels
+        weighted_sum, ratio_sum = self.decode_total(total, m)
         if ratio_sum <= 0:
             raise ValueError("the securely summed weights are zero")
-        step = 2.0 * self.clip / self.levels
-        weighted_sum = -m * self.clip + step * codes
         return (weighted_sum / ratio_sum).astype(np.float32), ratio_sum
 
 

@@ -21,12 +21,19 @@ def _adds_no_noise(key: str) -> Rule:
                             "local, or leave it at 0")
 
 
+def _only_sum(feature: str, key: str) -> Rule:
+    return Rule((feature,), key, "the server sees only the sum",
+                lambda cfg: "is not supported with privacy.mode = central and secagg.enabled = true (the server sees "
+                            "only the sum)")
+
+
 def _masked_sum(mode: str) -> Feature:
-    """Central and local DP noise what the server sees; with secure aggregation it sees only the sum."""
+    """Local DP noises what the server sees; with secure aggregation it sees only the sum."""
     return setting(f"privacy-{mode}", "privacy.mode", mode, excludes=(Rule(
-        ("secagg",), "privacy.mode", "the server sees only the masked sum; use privacy.mode = distributed",
+        ("secagg",), "privacy.mode", "the server sees only the masked sum; use privacy.mode = central or distributed",
         lambda cfg: f"privacy.mode = {mode} with secagg.enabled = true: the server sees only the masked sum; use "
-                    "privacy.mode = distributed (noise added inside the ring)"),))
+                    "privacy.mode = central (nodes clip, the server noises the sum) or distributed (noise added "
+                    "inside the ring)"),))
 
 
 def _not_with_distributed(feature: str, key: str) -> Rule:
@@ -56,7 +63,7 @@ PRIVACY = (
                      lambda cfg: f"privacy.mode = {cfg.privacy.mode} with {NORM_OBS_ON}: each node's observation "
                                  "statistics would travel without noise; set algo.norm-obs = off"),
             )),
-    _masked_sum("central"),
+    setting("privacy-central", "privacy.mode", "central"),
     _masked_sum("local"),
     setting("privacy-distributed", "privacy.mode", "distributed", requires=(Rule(
         ("secagg",), "privacy.mode", "the nodes' noise shares protect only a sum the server cannot see unmasked",
@@ -71,7 +78,7 @@ PRIVACY = (
             lambda cfg: cfg.privacy.adaptive_clip and cfg.privacy.mode != "off", requires=(Rule(
                 ("privacy-central",), "privacy.adaptive-clip", "each node's clipped-or-not bit is noised by the server",
                 lambda cfg: f"needs privacy.mode = central (got {cfg.privacy.mode}): each node's clipped-or-not bit is "
-                            "noised by the server"),)),
+                            "noised by the server"),), excludes=(_only_sum("secagg", "privacy.adaptive-clip"),)),
     Feature("privacy-audit", "privacy.audit-canaries", "privacy.audit-canaries > 0",
             lambda cfg: cfg.privacy.audit_canaries > 0,
             requires=(
@@ -83,7 +90,7 @@ PRIVACY = (
             ), excludes=(Rule(
                 ("privacy-adaptive-clip",), "privacy.audit-canaries", "the canaries would move the clip norm",
                 lambda cfg: "with privacy.adaptive-clip = true is not supported: the canaries would move the clip "
-                            "norm; audit a fixed clip norm"),)),
+                            "norm; audit a fixed clip norm"), _only_sum("secagg", "privacy.audit-canaries"))),
     setting("privacy-unsafe-no-noise", "privacy.unsafe-no-noise", True, requires=(
         _audits_nothing("privacy.unsafe-no-noise"),
         Rule(("privacy-audit",), "privacy.unsafe-no-noise", "it is only for checking the privacy audit",

@@ -41,9 +41,6 @@ SETTINGS = (
             "min-train-nodes)", lambda cfg: cfg.nodes_per_round < cfg.nodes.count),
     setting("round-robin-selection", "selection.name", "round-robin"),
     Feature("cohorts", "nodes.cohort-size", "nodes.cohort-size > 1", lambda cfg: cfg.nodes.cohort_size > 1, excludes=(
-        Rule(("secagg",), "nodes.cohort-size", "secure rounds still send one message per logical node",
-             lambda cfg: "nodes.cohort-size > 1 with secagg.enabled is not supported yet: secure rounds send one "
-                         "message per logical node; set nodes.cohort-size = 1"),
         Rule(("asynchronous-rule",), "nodes.cohort-size", "asynchronous rules dispatch one node at a time",
              lambda cfg: f"nodes.cohort-size > 1 with strategy.name = {cfg.strategy.name} is not supported: "
                          "asynchronous rules dispatch one idle node at a time; set nodes.cohort-size = 1"),

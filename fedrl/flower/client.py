@@ -180,11 +180,23 @@ def handle_query(msg: Message, context: Context) -> Message:
 
 
 def handle_secure(stage: str) -> Callable[[Message, Context], Message]:
-    """The handler of a secure-aggregation stage message (``keys``, ``mask`` or ``unmask``)."""
-    fn = {"keys": secure_client.handle_keys, "mask": secure_client.handle_mask,
-          "unmask": secure_client.handle_unmask}[stage]
+    """The handler of a secure-aggregation stage message (``keys``, ``mask`` or ``unmask``); a
+    cohort message runs the stage for each member, and a member that fails fails alone (each
+    logical node stays a party of its own, with its own keys and session)."""
+    fn = secure_client.STAGES[stage]
 
     def handle(msg: Message, context: Context) -> Message:
-        return fn(msg, context, setup(context).cfg)
+        cfg = setup(context).cfg
+        if not is_cohort(msg.content):
+            return Message(fn(msg.content, context, cfg), reply_to=msg)
+        replies: list[RecordDict | str] = []
+        for member in decode_cohort(msg.content, cfg.nodes.count):
+            try:
+                if isinstance(member, str):
+                    raise codec.WireError(f"the server sent an error as a stage message: {member}")
+                replies.append(fn(member, context, cfg))
+            except Exception as err:  # noqa: BLE001 - a member's failure is its own
+                replies.append(_failed(err))
+        return Message(encode_cohort(replies), reply_to=msg)
 
     return handle

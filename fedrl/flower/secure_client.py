@@ -12,7 +12,7 @@ unmasking. A stage message for another round or session than the stored one is r
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
 
 from fedrl.compression.ring_codes import RingCoding, pack_ring, required_ring_bits, unpack_ring
 from fedrl.config import Config
@@ -57,12 +57,12 @@ def _take_keys(context: Context, node: int) -> tuple[bytes, bytes]:
     return raw[:KEY_BYTES], raw[KEY_BYTES:]
 
 
-def handle_keys(msg: Message, context: Context, cfg: Config) -> Message:
+def keys(content: RecordDict, context: Context, cfg: Config) -> RecordDict:
     """The ``keys`` request: fresh key pairs for this node's next session, public halves back."""
-    node, rnd, session = sc.head(msg.content)
+    node, rnd, session = sc.head(content)
     maybe_fail(cfg, rnd, node, "advertise")
     c_pk, s_pk = _new_keys(context, node)
-    return Message(sc.encode_keys(Keys(node, rnd, session, c_pk, s_pk)), reply_to=msg)
+    return sc.encode_keys(Keys(node, rnd, session, c_pk, s_pk))
 
 
 def start(cfg: Config, context: Context, node: int, rnd: int, plan: ConfigRecord, setup: sc.Setup,
@@ -73,7 +73,8 @@ def start(cfg: Config, context: Context, node: int, rnd: int, plan: ConfigRecord
     ``plan`` carries the node's own public keys as the server routes them and its neighbours'
     keys; a mismatch with the keys this node advertised is refused. Under distributed DP
     (``privacy.dist``) the update, already clipped, is scaled, rounded and noised by the node
-    (``SkellamCoding``) instead of quantized, and weighs 1 like every node's.
+    (``SkellamCoding``) instead of quantized, and weighs 1 like every node's; under central DP the
+    update, clipped by the node, is quantized and weighs 1 (the server noises the sum).
     """
     dist = privacy.dist if privacy is not None else None
     need = dist.bits if dist is not None else required_ring_bits(cfg.compression.bits, len(setup.nodes))
@@ -89,8 +90,9 @@ def start(cfg: Config, context: Context, node: int, rnd: int, plan: ConfigRecord
                          setup.length, setup.graph_seed)
     if dist is not None:  # noise nobody else can replay (private_rng), one count for the survivors' tally
         x = np.concatenate([dist.encode(delta, private_rng()), np.ones(1, np.uint64)])
-    else:
-        x = RingCoding.for_config(cfg).encode(delta, env_steps,
+    else:  # under central DP every node weighs 1, so that one node moves the sum by at most its clip
+        steps = cfg.algo.local_steps if privacy is not None and privacy.mode == "central" else env_steps
+        x = RingCoding.for_config(cfg).encode(delta, steps,
                                               np.random.default_rng(derive(cfg.seed, SECAGG, rnd, node)))
     session = ClientSession.new(node, params, (c_sk, s_sk))
     session.advertise()  # the server already holds these keys
@@ -114,8 +116,8 @@ def _store(context: Context, node: int, params: Params, session: ClientSession, 
     context.state[f"{_KEY}{node}"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
 
-def _load(context: Context, msg: Message) -> tuple[int, Params, ClientSession, np.ndarray | None]:
-    node, rnd, session_id = sc.head(msg.content)
+def _load(context: Context, content: RecordDict) -> tuple[int, Params, ClientSession, np.ndarray | None]:
+    node, rnd, session_id = sc.head(content)
     key = f"{_KEY}{node}"
     if key not in context.state.array_records:
         raise WireError(f"node {node} has no secure-aggregation session")
@@ -132,21 +134,26 @@ def _load(context: Context, msg: Message) -> tuple[int, Params, ClientSession, n
     return node, params, session, unpack_ring(arrays["x"], code_bits, n)
 
 
-def handle_mask(msg: Message, context: Context, cfg: Config) -> Message:
-    node, params, session, x = _load(context, msg)
+def mask(content: RecordDict, context: Context, cfg: Config) -> RecordDict:
+    """The ``mask`` stage: the shares addressed to this node in, its masked input out."""
+    node, params, session, x = _load(context, content)
     if x is None:
         raise WireError(f"node {node} has no encoded update to mask")
     maybe_fail(cfg, params.round, node, "mask")
-    masked = session.mask(x, sc.decode_ciphertexts(msg.content))
+    masked = session.mask(x, sc.decode_ciphertexts(content))
     _store(context, node, params, session, None)  # the plain codes are no longer needed
-    return Message(sc.encode_masked(masked, params.bits), reply_to=msg)
+    return sc.encode_masked(masked, params.bits)
 
 
-def handle_unmask(msg: Message, context: Context, cfg: Config) -> Message:
-    node, params, session, _ = _load(context, msg)
+def unmask(content: RecordDict, context: Context, cfg: Config) -> RecordDict:
+    """The ``unmask`` stage: the survivors in, the shares that remove the masks (and the public
+    keys of this node's next session) out; the session's secrets are erased."""
+    node, params, session, _ = _load(context, content)
     maybe_fail(cfg, params.round, node, "unmask")
-    survivors, dropped = sc.decode_unmask_request(msg.content)
+    survivors, dropped = sc.decode_unmask_request(content)
     shares = session.unmask(survivors, dropped)
     del context.state[f"{_KEY}{node}"]  # the session is spent: forget its secrets
-    return Message(sc.encode_shares(node, params.round, params.session, shares, _new_keys(context, node)),
-                   reply_to=msg)
+    return sc.encode_shares(node, params.round, params.session, shares, _new_keys(context, node))
+
+
+STAGES = {"keys": keys, "mask": mask, "unmask": unmask}

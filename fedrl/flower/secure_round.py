@@ -50,11 +50,13 @@ def _replies(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
              decode: Any, bad: dict[int, str], stage: str, clock: dict[str, float]) -> dict[int, Any]:
     """Exchange one stage; decoded replies of the nodes that answered well, the rest into ``bad``.
 
-    ``clock[stage]`` gets the stage's wall seconds (messages out, node work, replies back).
+    ``clock[stage]`` gets the stage's wall seconds (messages out, node work, replies back). With
+    ``nodes.cohort-size > 1`` a SuperNode gets its logical nodes' stage contents in cohort
+    messages; each logical node is still a party of its own.
     """
     t0 = time.perf_counter()
     out: dict[int, Any] = {}
-    for node, r in exchange(grid, fed, nm, contents, mtype, rnd).items():
+    for node, r in exchange(grid, fed, nm, contents, mtype, rnd, cohort=fed.cfg.nodes.cohort_size).items():
         value, why = decode_reply_safely(r, decode)
         if why is None:
             out[node] = value
@@ -137,6 +139,9 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
         total = server.unmask({n: sh for n, (sh, _) in replies.items()})
         if fed.privacy is not None and fed.privacy.dist is not None:  # distributed DP: noised on the nodes
             mean, ratio_sum = fed.distributed_mean(total, len(survivors), rnd), float(total[-1])
+        elif fed.privacy is not None:  # central DP: nodes clipped, the server noises the sum
+            summed, ratio_sum = RingCoding.for_config(cfg).decode_total(total, len(survivors))
+            mean = fed.secure_central_mean(summed, rnd)
         else:
             mean, ratio_sum = RingCoding.for_config(cfg).decode_sum(total, len(survivors))
         clock["server-unmask"] = time.perf_counter() - t0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,13 @@ class PrivacyPlan:
     audit: int = 0  # canaries of the one-run audit (0: no audit)
     no_noise: bool = False  # privacy.unsafe-no-noise: the audit's negative control
     dist: SkellamCoding | None = None  # distributed mode: the ring coding every party uses
+    ring_slack: float = 0.0  # central mode under secagg: how far quantization may move a clipped update (L2)
+
+    @property
+    def sensitivity(self) -> float:
+        """How far one node can move the released sum at most (L2): the clip norm, plus under
+        secure aggregation the rounding of its quantized codes (``ring_slack``)."""
+        return self.clip + self.ring_slack
 
     def new_ledger(self) -> Ledger | SkellamLedger:
         """An empty ledger of the run's mechanism (Gaussian: Opacus; distributed: Skellam RDP)."""
@@ -68,6 +76,10 @@ class PrivacyPlan:
                     f"{rounds} rounds{'; budget ε ≤ ' + format(self.budget, 'g') if self.budget else ''}. {self.note}")
         eps = epsilon_after(self.z, self.q, rounds, self.delta, self.accountant)
         where = "the server adds noise to the sum" if self.mode == "central" else "each node noises its own update"
+        if self.ring_slack:
+            where = (f"nodes clip, the server adds noise to the securely summed updates; their {self.ring_slack:.3g} of "
+                     f"rounding after quantization counts in the sensitivity {self.sensitivity:.4g}, the noise "
+                     f"std is z x {self.sensitivity:.4g}")
         clip = (f"clip-norm adaptive from {self.clip:g} (quantile {self.quantile:g}, count noise {self.count_std:.3g}, "
                 f"update noise multiplier {self.z_update:.4g})" if self.adaptive else f"clip-norm {self.clip:g}")
         return (f"privacy: {self.mode} DP ({where}), {clip}, noise multiplier {self.z:.4g}, "
@@ -99,9 +111,10 @@ def plan_for(cfg: Config, continuous: bool, dim: int) -> PrivacyPlan | None:
     if p.noise_multiplier == 0 and p.target_epsilon == 0:
         raise ConfigError("privacy.noise-multiplier", f"privacy.mode = {p.mode} needs noise: set "
                                                   "privacy.noise-multiplier > 0 or privacy.target-epsilon > 0")
-    if cfg.secagg.enabled and p.mode != "distributed":
-        raise ConfigError("privacy.mode", f"privacy.mode = {p.mode} with secagg.enabled = true: the server sees only "
-                                      "the masked sum; use privacy.mode = distributed (noise added inside the ring)")
+    if cfg.secagg.enabled and p.mode == "local":
+        raise ConfigError("privacy.mode", "privacy.mode = local with secagg.enabled = true: the server sees only "
+                                      "the masked sum; use privacy.mode = central (nodes clip, the server noises the "
+                                      "sum) or distributed (noise added inside the ring)")
     if p.mode == "distributed" and not cfg.secagg.enabled:
         raise ConfigError("privacy.mode", "privacy.mode = distributed needs secagg.enabled = true: the nodes' noise "
                                       "shares protect only a sum the server cannot see unmasked")
@@ -143,8 +156,26 @@ def plan_for(cfg: Config, continuous: bool, dim: int) -> PrivacyPlan | None:
                                                      f"multiplier ({z:.3g} / 2) so that the update noise can make up "
                                                      "the rest (Andrew et al. 2021); raise privacy.count-noise")
     _check_audit(cfg)
+    slack = 0.0
+    if cfg.secagg.enabled:
+        for key, on in (("privacy.adaptive-clip", p.adaptive_clip), ("privacy.audit-canaries", p.audit_canaries > 0)):
+            if on:
+                raise ConfigError(key, "is not supported with privacy.mode = central and secagg.enabled = true (the "
+                                       "server sees only the sum)")
+        slack = ring_slack(cfg, dim)
     return PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note, p.adaptive_clip,
-                       p.target_quantile, p.clip_lr, count_std, p.audit_canaries, p.unsafe_no_noise)
+                       p.target_quantile, p.clip_lr, count_std, p.audit_canaries, p.unsafe_no_noise,
+                       ring_slack=slack)
+
+
+def ring_slack(cfg: Config, dim: int) -> float:
+    """Central DP under secure aggregation: how much farther than its clip norm a node's quantized
+    update can reach (L2). Stochastic rounding moves each of the ``dim`` coordinates by less than
+    one step ``2 r / L`` (``r`` = ``secagg.clip-range``, ``L = 2^bits - 1``), so by less than
+    ``2 r sqrt(dim) / L`` in all; clipping coordinates to ``[-r, r]`` only shortens it. The server
+    noises the sum for ``clip + slack`` (triangle inequality), so the guarantee holds for any codes."""
+    levels = (1 << cfg.compression.bits) - 1
+    return 2.0 * cfg.secagg.clip_range * math.sqrt(dim) / levels
 
 
 def _distributed(cfg: Config, dim: int, q: float, note: str, z: float, budget: float | None) -> PrivacyPlan:

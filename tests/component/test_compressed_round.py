@@ -102,8 +102,8 @@ def test_downlink_delta_plan_round_trips_and_is_applied_by_the_node() -> None:
     ({"nodes.dropout-stage": "share"}, "nodes.dropout-stage", "secagg.enabled = false"),
     ({"secagg.enabled": True, "compression.up": "topk", "privacy.mode": "distributed",
       "privacy.noise-multiplier": 1.0}, "compression.up", "replaces the compressor"),
-    ({"secagg.enabled": True, "compression.up": "quantize", "privacy.mode": "central",
-      "privacy.noise-multiplier": 1.0}, "privacy.mode", "use privacy.mode = distributed"),
+    ({"secagg.enabled": True, "compression.up": "quantize", "privacy.mode": "local",
+      "privacy.noise-multiplier": 1.0}, "privacy.mode", "use privacy.mode = central (nodes clip"),
 ])
 def test_impossible_combinations_fail_before_round_one(over: dict, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -13,6 +13,7 @@ from fedrl.errors import ConfigError
 from fedrl.privacy import Ledger, clip_l2, epsilon_after, gaussian, noise_for_target, private_rng
 from fedrl.privacy.node import privatize
 from fedrl.privacy.plan import plan_for
+from fedrl.privacy.server import ServerPrivacy
 
 
 def test_clipping_scales_down_to_the_bound_and_leaves_small_updates_alone() -> None:
@@ -136,6 +137,32 @@ DIST = {"privacy.mode": "distributed", "privacy.noise-multiplier": 1.0, "secagg.
         "compression.up": "quantize"}
 
 
+SECURE_CENTRAL = {"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "secagg.enabled": True,
+                  "compression.up": "quantize", "compression.bits": 8, "secagg.clip-range": 0.05}
+
+
+def test_central_dp_under_secure_aggregation_counts_the_rounding_in_the_sensitivity() -> None:
+    plan = _plan(**SECURE_CENTRAL)  # the default CartPole model: 9,155 parameters
+    assert plan is not None and plan.mode == "central"
+    assert plan.ring_slack == pytest.approx(2 * 0.05 * math.sqrt(9155) / 255, rel=1e-12)
+    assert plan.sensitivity == pytest.approx(1.0 + plan.ring_slack, rel=1e-12)
+    assert f"sensitivity {plan.sensitivity:.4g}" in plan.line(10)
+    plain = _plan(**{"privacy.mode": "central", "privacy.noise-multiplier": 1.0})
+    assert plain is not None and plain.ring_slack == 0.0 and plain.sensitivity == plain.clip
+
+
+def test_the_secure_central_mean_noises_the_sum_for_clip_plus_slack() -> None:
+    plan = _plan(**SECURE_CENTRAL)
+    assert plan is not None
+    dp = ServerPrivacy(plan, 200_000)
+    total = np.full(200_000, 3.0)
+    mean = dp.secure_mean(total, selected=4)
+    assert mean.dtype == np.float32
+    assert float(mean.mean()) == pytest.approx(0.75, abs=0.01)
+    assert float(mean.std()) == pytest.approx(plan.sensitivity / 4, rel=0.01)  # z * S / selected, z = 1
+    assert dp.ledger.epsilon() == pytest.approx(epsilon_after(1.0, 1.0, 1, 1e-5, "rdp"), rel=1e-9)
+
+
 def test_distributed_plan_splits_the_noise_over_the_fewest_nodes_a_sum_can_have() -> None:
     plan = _plan(**DIST)  # 8 nodes, all selected, plain SecAgg with threshold 0.6: a sum has 5 to 8 nodes
     assert plan is not None and plan.dist is not None
@@ -153,8 +180,11 @@ def test_distributed_plan_splits_the_noise_over_the_fewest_nodes_a_sum_can_have(
     ({"privacy.mode": "central", "privacy.target-epsilon": 1e-4}, "privacy.target-epsilon", "cannot be met"),
     ({"privacy.mode": "central", "privacy.noise-multiplier": 0.5, "privacy.target-epsilon": 1.0},
      "privacy.target-epsilon", "one round"),
-    ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "secagg.enabled": True,
+    ({"privacy.mode": "local", "privacy.noise-multiplier": 1.0, "secagg.enabled": True,
       "compression.up": "quantize"}, "privacy.mode", "secagg.enabled"),
+    ({**SECURE_CENTRAL, "privacy.adaptive-clip": True, "privacy.count-noise": 2.0}, "privacy.adaptive-clip",
+     "only the sum"),
+    ({**SECURE_CENTRAL, "privacy.audit-canaries": 100}, "privacy.audit-canaries", "only the sum"),
     ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "strategy.name": "local"}, "privacy.mode", "local"),
     ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "algo.norm-obs": "on"}, "algo.norm-obs", "without noise"),
     ({"privacy.mode": "distributed", "privacy.noise-multiplier": 1.0}, "privacy.mode", "needs secagg.enabled"),
