@@ -119,11 +119,13 @@ class RoundConfig:
 
 @dataclass(frozen=True)
 class SelectionConfig:
-    name: Literal["uniform", "round-robin", "deadline"] = opt(
+    name: Literal["uniform", "round-robin", "deadline", "poisson"] = opt(
         "selection.name", "uniform",
         "which fraction-train of the nodes train each round: uniform (drawn by seed and round), round-robin "
-        "(in turn, so every node trains equally often) or deadline (the nodes least likely to miss "
-        "round.deadline-s, learned from their history, with a little exploration)")
+        "(in turn, so every node trains equally often), deadline (the nodes least likely to miss "
+        "round.deadline-s, learned from their history, with a little exploration) or poisson (each node "
+        "independently with probability fraction-train, drawn from the OS's randomness: the sampling DP "
+        "accountants assume, so client-level DP claims amplification by sampling)")
 
 
 

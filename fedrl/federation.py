@@ -66,7 +66,7 @@ class Federation:
         self.selector = Selector(cfg)
         rule = registry.build(RuleSetup(cfg, w0, self.spec.obs_dim if self.obs_on else None, self.variants,
                                         frozenset(attackers(cfg))))
-        self.rule: ServerRule = Private(rule, self.dp, lambda r: len(self.select(r))) \
+        self.rule: ServerRule = Private(rule, self.dp, self.dp_denominator) \
             if self.dp is not None and rule.privatizable else rule
         self.up = stage(cfg.compression, "up")
         self.down = stage(cfg.compression, "down")
@@ -119,6 +119,12 @@ class Federation:
     def select(self, rnd: int) -> list[int]:
         """Nodes trained in round ``rnd`` (``fedrl.selection``)."""
         return self.selector.select(rnd)
+
+    def dp_denominator(self, rnd: int) -> float:
+        """What DP-FedAvg divides the noised sum by: the nodes selected for round ``rnd`` (a fixed
+        number), or with poisson selection their expected number q n, which does not depend on
+        who was drawn."""
+        return self.selector.expected() if self.cfg.selection.name == "poisson" else float(len(self.select(rnd)))
 
     def slot(self, node: int) -> int:
         """The model slot a node trains from (the rule's: its own, its edge's or the global one)."""
@@ -264,13 +270,13 @@ class Federation:
         """Central DP under secure aggregation: the unmasked sum of the survivors' clipped updates to
         the noised mean update (``ServerPrivacy.secure_mean``), divided by the nodes selected."""
         assert self.dp is not None
-        return self.dp.secure_mean(total, len(self.select(rnd)))
+        return self.dp.secure_mean(total, self.dp_denominator(rnd))
 
     def distributed_mean(self, total: np.ndarray, survivors: int, rnd: int) -> np.ndarray:
         """Distributed DP: the unmasked ring sum of ``survivors`` nodes to the mean update, and one
         ledger step with the noise those nodes added; divided by the nodes selected, as in central mode."""
         assert self.dp is not None
-        return self.dp.distributed_mean(total, survivors, len(self.select(rnd)))
+        return self.dp.distributed_mean(total, survivors, self.dp_denominator(rnd))
 
     # --- evaluation -----------------------------------------------------------------------
     def evaluate_own(self) -> list[float]:

@@ -64,7 +64,7 @@ AGGREGATION = (
     setting("asynchronous-rule", "strategy.name", *ASYNC_RULES, excludes=(
         _asynchronous(("fraction-train",), "fraction-train", "asynchronous rules dispatch every idle node (bound it "
                       "with strategy.concurrency)"),
-        _asynchronous(("round-robin-selection", "deadline-selection"), "selection.name", "asynchronous rules "
+        _asynchronous(("round-robin-selection", "deadline-selection", "poisson-selection"), "selection.name", "asynchronous rules "
                       "dispatch nodes as they become idle, not by a per-round selection"),
         _asynchronous(("secagg",), "secagg.enabled", "secure aggregation needs a round's nodes to finish together"),
         _asynchronous(("privacy",), "privacy.mode", "DP accounting here assumes synchronous rounds"),

@@ -40,6 +40,10 @@ SETTINGS = (
     Feature("partial-rounds", "fraction-train", "fewer than nodes.count nodes train each round (fraction-train, "
             "min-train-nodes)", lambda cfg: cfg.nodes_per_round < cfg.nodes.count),
     setting("round-robin-selection", "selection.name", "round-robin"),
+    setting("poisson-selection", "selection.name", "poisson", excludes=(Rule(
+        ("privacy-distributed",), "selection.name", "each node's noise share is sized for a fixed number of nodes",
+        lambda cfg: "selection.name = poisson with privacy.mode = distributed: each node's noise share is sized for "
+                    "a fixed number of nodes per round; use uniform selection, or privacy.mode = central"),)),
     Feature("cohorts", "nodes.cohort-size", "nodes.cohort-size > 1", lambda cfg: cfg.nodes.cohort_size > 1, excludes=(
         Rule(("asynchronous-rule",), "nodes.cohort-size", "asynchronous rules dispatch one node at a time",
              lambda cfg: f"nodes.cohort-size > 1 with strategy.name = {cfg.strategy.name} is not supported: "

@@ -22,6 +22,7 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from fedrl.compression.downlink import Downlink
 from fedrl.flower.record_fields import (
+    array_record,
     config_record,
     get_moments,
     get_payload,
@@ -84,9 +85,9 @@ def content_bytes(rec: RecordDict) -> int:
 
 
 def _blob(rec: RecordDict, max_bytes: int | None = None) -> np.ndarray:
-    if _WEIGHTS not in rec.array_records:
+    ar = array_record(rec, _WEIGHTS)
+    if ar is None:
         raise WireError(f"missing array record '{_WEIGHTS}'")
-    ar = rec.array_records[_WEIGHTS]
     if list(ar) != ["blob"]:
         raise WireError("a compressed payload travels as exactly one array named 'blob'")
     return decode_blob(ar["blob"], max_bytes)
@@ -150,7 +151,7 @@ def _get_mix(rec: RecordDict, cr: ConfigRecord) -> Mix:
     if len(peers) != len(ws) or not all(isinstance(j, int) and not isinstance(j, bool) for j in peers) or not all(
             isinstance(w, float) for w in ws):
         raise WireError("gossip mix: one int node and one float weight per neighbour")
-    own = trusted_arrays(rec, _OWN) if _OWN in rec.array_records else None
+    own = trusted_arrays(rec, _OWN) if array_record(rec, _OWN) is not None else None
     models = [(cast(int, j), cast(float, w), trusted_arrays(rec, f"peer{j}")) for j, w in zip(peers, ws, strict=True)]
     return Mix(w_self, int_field(cr, _MIX_OWN_ROUND), own, models)
 
@@ -192,9 +193,10 @@ def decode_reply(rec: RecordDict, layout: Layout | None = None) -> Reply:
         update = get_payload(cr, _UPDATE, _blob(rec, None if layout is None else layout.max_payload_bytes), n)
         ef_base = int_field(cr, "ef-base") if "ef-base" in cr else -1
         return Reply(int_field(cr, "node"), [], int_field(cr, "env-steps"), moments, m, update, ef_base)
-    if _WEIGHTS not in rec.array_records:
+    ar = array_record(rec, _WEIGHTS)
+    if ar is None:
         raise WireError(f"missing array record '{_WEIGHTS}'")
-    weights = decode_arrays(rec.array_records[_WEIGHTS], np.float32, None if layout is None else layout.shapes)
+    weights = decode_arrays(ar, np.float32, None if layout is None else layout.shapes)
     return Reply(int_field(cr, "node"), weights, int_field(cr, "env-steps"), moments, m)
 
 
@@ -228,9 +230,9 @@ def decode_hello_reply(rec: RecordDict) -> tuple[int, int]:
 def load_node_state(state: RecordDict, node: int) -> NodeState:
     """The state of logical node ``node`` (a SuperNode may serve several)."""
     key = f"{_STATE_PREFIX}{node}"
-    if key not in state.array_records:
+    rec = array_record(state, key)
+    if rec is None:
         return NodeState.empty()
-    rec = state.array_records[key]
     return NodeState({k: rec[k].numpy() for k in rec})
 
 

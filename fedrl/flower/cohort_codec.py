@@ -24,7 +24,7 @@ _ERROR = "error."
 
 
 def is_cohort(rec: RecordDict) -> bool:
-    return _COHORT in rec.config_records
+    return isinstance(rec.get(_COHORT), ConfigRecord)
 
 
 def encode_cohort(members: list[RecordDict | str]) -> RecordDict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import cast
 
 import numpy as np
-from flwr.app import Array, ConfigRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from fedrl.compression.base import Compressed
 from fedrl.compression.framing import Frame, frame, unframe
@@ -20,11 +20,23 @@ from fedrl.flower.safe_arrays import RAW_STYPE, WireError
 from fedrl.rl.normalize import Moments
 
 
+def array_record(rec: RecordDict, key: str) -> ArrayRecord | None:
+    """The ``ArrayRecord`` named ``key``, or None (absent, or a record of another type).
+
+    Looked up directly: Flower's ``RecordDict.array_records`` rebuilds a view of every record on
+    each access, which costs seconds per round for a SuperNode's ``context.state`` holding
+    hundreds of logical nodes' records.
+    """
+    r = rec.get(key)
+    return r if isinstance(r, ArrayRecord) else None
+
+
 def config_record(rec: RecordDict, key: str) -> ConfigRecord:
     """The ``ConfigRecord`` named ``key``."""
-    if key not in rec.config_records:
+    r = rec.get(key)
+    if not isinstance(r, ConfigRecord):
         raise WireError(f"missing config record '{key}'")
-    return rec.config_records[key]
+    return r
 
 
 def trusted_arrays(rec: RecordDict, key: str) -> list[np.ndarray]:
@@ -33,9 +45,10 @@ def trusted_arrays(rec: RecordDict, key: str) -> list[np.ndarray]:
     Only for the server -> node direction (plans, gossip models): the server is trusted with the
     weights. What a node sends goes through ``fedrl.flower.safe_arrays``.
     """
-    if key not in rec.array_records:
+    ar = array_record(rec, key)
+    if ar is None:
         raise WireError(f"missing array record '{key}'")
-    return rec.array_records[key].to_numpy_ndarrays()
+    return ar.to_numpy_ndarrays()
 
 
 def int_field(cr: ConfigRecord, key: str) -> int:

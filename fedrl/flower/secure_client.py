@@ -19,6 +19,7 @@ from fedrl.config import Config
 from fedrl.dropout import maybe_fail
 from fedrl.flower import secure_codec as sc
 from fedrl.flower.codec import PUBLIC_METRICS, REPORTED_METRICS, WireError
+from fedrl.flower.record_fields import array_record
 from fedrl.privacy.noise import private_rng
 from fedrl.privacy.plan import PrivacyPlan
 from fedrl.secagg.client import ClientSession
@@ -44,13 +45,14 @@ def _new_keys(context: Context, node: int) -> tuple[bytes, bytes]:
 
 def has_keys(context: Context, node: int) -> bool:
     """Whether this node holds private keys for a session (checked before training)."""
-    return _keys_key(node) in context.state.array_records
+    return array_record(context.state, _keys_key(node)) is not None
 
 
 def _take_keys(context: Context, node: int) -> tuple[bytes, bytes]:
-    if not has_keys(context, node):
+    rec = array_record(context.state, _keys_key(node))
+    if rec is None:
         raise WireError(f"node {node} holds no secure-aggregation keys; the server must ask for them first")
-    raw = context.state.array_records[_keys_key(node)]["sk"].numpy().tobytes()
+    raw = rec["sk"].numpy().tobytes()
     del context.state[_keys_key(node)]  # one session per key pair
     if len(raw) != 2 * KEY_BYTES:
         raise WireError(f"node {node}: stored keys are malformed")
@@ -119,9 +121,9 @@ def _store(context: Context, node: int, params: Params, session: ClientSession, 
 def _load(context: Context, content: RecordDict) -> tuple[int, Params, ClientSession, np.ndarray | None]:
     node, rnd, session_id = sc.head(content)
     key = f"{_KEY}{node}"
-    if key not in context.state.array_records:
+    rec = array_record(context.state, key)
+    if rec is None:
         raise WireError(f"node {node} has no secure-aggregation session")
-    rec = context.state.array_records[key]
     arrays = {k: rec[k].numpy() for k in rec}
     params = Params.from_arrays({k[2:]: v for k, v in arrays.items() if k.startswith("p.")})
     if (params.round, params.session) != (rnd, session_id):

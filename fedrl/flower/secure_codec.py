@@ -20,7 +20,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from fedrl.compression.ring_codes import pack_ring, ring_bytes, unpack_ring
-from fedrl.flower.record_fields import bytes_field, bytes_list, config_record, int_field, int_list
+from fedrl.flower.record_fields import array_record, bytes_field, bytes_list, config_record, int_field, int_list
 from fedrl.flower.safe_arrays import WireError, decode_array
 from fedrl.secagg import Keys, Masked
 
@@ -167,11 +167,12 @@ def decode_masked(rec: RecordDict, bits: int, length: int) -> Masked:
         WireError: a missing or malformed head or vector (the message says which and the size wanted).
     """
     node, rnd, session = head(rec)
-    if _Y not in rec.array_records or list(rec.array_records[_Y]) != ["y"]:
+    ar = array_record(rec, _Y)
+    if ar is None or list(ar) != ["y"]:
         raise WireError("the masked vector must travel as one array named 'y'")
     need = ring_bytes(length, bits)
     try:
-        packed = decode_array(rec.array_records[_Y]["y"], np.uint8, (need,))
+        packed = decode_array(ar["y"], np.uint8, (need,))
     except WireError as err:
         raise WireError(f"masked vector: {err} ({length} elements of {bits} bits need {need} bytes)") from err
     y = unpack_ring(packed, bits, length)

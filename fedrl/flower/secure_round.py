@@ -89,6 +89,9 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
     rejoin(grid, nm)
     nodes = fed.select(rnd)
     fed.begin_round(rnd)
+    if not nodes:  # poisson selection drew nobody
+        log.warning("round %d: no node was selected; the model is unchanged", rnd)
+        return {"nodes_trained": [], "nodes_failed": {}, "secagg_aborted": None}
     bits = fed.ring_bits(len(nodes))
     setup = sc.Setup(os.urandom(16), nodes, cfg.secagg.neighbors, cfg.secagg.threshold, bits, fed.n_params + 1,
                      derive(cfg.seed, SECAGG, rnd))

@@ -61,6 +61,9 @@ def plain_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int) -> dict[str,
     """Round ``rnd`` without secure aggregation; return its fields for metrics.jsonl."""
     cfg = fed.cfg
     good, bad = train_round(grid, fed, nm, rnd)
+    if not good and not bad:  # poisson selection drew nobody
+        log.warning("round %d: no node was selected; the model is unchanged", rnd)
+        return {"nodes_trained": [], "nodes_failed": {}}
     # "Enough" replies: min-train-nodes, or every selected node if fewer were selected.
     enough = min(cfg.min_train_nodes, len(good) + len(bad))
     if len(good) >= enough:

@@ -129,8 +129,27 @@ def plan_for(cfg: Config, continuous: bool, dim: int) -> PrivacyPlan | None:
     q = 1.0
     note = ("Every node takes part in every round (sampling rate 1)." if cfg.fraction_train >= 1 else
             f"fraction-train = {cfg.fraction_train:g} draws a fixed number of nodes without replacement, not the "
-            "Poisson sampling the accountant assumes: no amplification by sampling is claimed (rate 1).")
+            "Poisson sampling the accountant assumes: no amplification by sampling is claimed (rate 1); "
+            "selection.name = poisson would claim it.")
     rounds = cfg.num_server_rounds
+    if cfg.selection.name == "poisson" and cfg.fraction_train < 1:
+        q = cfg.fraction_train
+        n = cfg.nodes.count
+        empty = rounds * (1 - q) ** n  # at most this likely that some round draws nobody
+        if p.mode == "distributed":
+            raise ConfigError("selection.name", "selection.name = poisson with privacy.mode = distributed: each "
+                                                "node's noise share is sized for a fixed number of nodes per round; "
+                                                "use uniform selection, or privacy.mode = central")
+        if empty > 0.01 * p.delta:
+            raise ConfigError("fraction-train", f"selection.name = poisson draws nobody in some round with "
+                                                f"probability up to {empty:.3g} (fraction-train = {q:g}, {n} "
+                                                f"nodes, {rounds} rounds); such a round releases nothing, which the "
+                                                f"accountant does not cover unless it is far below δ = {p.delta:g}: "
+                                                "raise fraction-train or nodes.count")
+        note = (f"Poisson sampling: each node joins a round independently with probability {q:g}, drawn from the "
+                "OS's randomness, as the accountant assumes (amplification by sampling is claimed); the noised sum "
+                f"is divided by the expected {q * n:g} nodes. A round that draws nobody (probability at most "
+                f"{empty:.2g} over the run) releases nothing.")
     z, budget = p.noise_multiplier, (p.target_epsilon or None)
     if p.mode == "distributed":
         return _distributed(cfg, dim, q, note, z, budget)

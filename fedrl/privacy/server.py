@@ -31,7 +31,7 @@ class ServerPrivacy:
         self._noise_rng = private_rng()
         self.audit = CanaryAudit(plan.audit, n_params, secrets.randbits(64)) if plan.audit else None
 
-    def mean(self, deltas: list[np.ndarray], selected: int, rnd: int,
+    def mean(self, deltas: list[np.ndarray], selected: float, rnd: int,
              below: list[float | None] | None = None) -> np.ndarray:
         """DP-FedAvg's server step (McMahan et al. 2018), and one step of the ledger.
 
@@ -64,7 +64,7 @@ class ServerPrivacy:
         self.ledger.step(p.z, p.q)
         return out
 
-    def distributed_mean(self, total: np.ndarray, survivors: int, selected: int) -> np.ndarray:
+    def distributed_mean(self, total: np.ndarray, survivors: int, selected: float) -> np.ndarray:
         """Distributed DP: the unmasked ring sum of ``survivors`` nodes (last element: their count) to
         the mean update, divided by the nodes selected as in central mode; one ledger step with the
         noise those nodes added (the server now holds this sum)."""
@@ -74,7 +74,7 @@ class ServerPrivacy:
         self.ledger.step(d.mu_with(survivors), self.plan.q)
         return np.asarray(d.decode_sum(total[:-1]) / selected, np.float32)
 
-    def secure_mean(self, total: np.ndarray, selected: int) -> np.ndarray:
+    def secure_mean(self, total: np.ndarray, selected: float) -> np.ndarray:
         """Central DP under secure aggregation: the unmasked sum of the nodes' clipped, quantized
         updates (each weighs 1) plus N(0, (z S)^2), ``S`` = clip norm + quantization slack
         (``PrivacyPlan.sensitivity``), divided by the nodes selected; one ledger step. The nodes'

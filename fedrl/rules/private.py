@@ -26,7 +26,7 @@ from fedrl.wire import Reply
 
 
 class Private(ServerRule):
-    def __init__(self, inner: ServerRule, privacy: ServerPrivacy, selected: Callable[[int], int]) -> None:
+    def __init__(self, inner: ServerRule, privacy: ServerPrivacy, selected: Callable[[int], float]) -> None:
         if not inner.privatizable:
             raise ValueError(f"{inner.label()} cannot be wrapped by central DP (its aggregate is not a mean)")
         self.inner, self.privacy, self.selected = inner, privacy, selected

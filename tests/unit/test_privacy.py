@@ -163,6 +163,21 @@ def test_the_secure_central_mean_noises_the_sum_for_clip_plus_slack() -> None:
     assert dp.ledger.epsilon() == pytest.approx(epsilon_after(1.0, 1.0, 1, 1e-5, "rdp"), rel=1e-9)
 
 
+def test_poisson_selection_claims_amplification_and_refuses_what_it_cannot_cover() -> None:
+    over = {"privacy.mode": "central", "privacy.target-epsilon": 8.0, "num-server-rounds": 30, "nodes.count": 1000,
+            "fraction-train": 0.1, "selection.name": "poisson"}
+    plan = _plan(**over)
+    assert plan is not None and plan.q == 0.1 and "Poisson sampling" in plan.note and "expected 100" in plan.note
+    assert plan.z == pytest.approx(noise_for_target(8.0, 1e-5, 0.1, 30))
+    assert plan.z < 0.25 * noise_for_target(8.0, 1e-5, 1.0, 30)  # amplification: 0.78 against 3.5
+    with pytest.raises(ConfigError) as err:  # 8 nodes at q = 0.1: some round draws nobody, far too likely
+        _plan(**{**over, "nodes.count": 8})
+    assert err.value.key == "fraction-train" and "draws nobody" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        _plan(**{**over, **DIST, "privacy.noise-multiplier": 1.0, "privacy.target-epsilon": 0.0})
+    assert err.value.key == "selection.name"
+
+
 def test_distributed_plan_splits_the_noise_over_the_fewest_nodes_a_sum_can_have() -> None:
     plan = _plan(**DIST)  # 8 nodes, all selected, plain SecAgg with threshold 0.6: a sum has 5 to 8 nodes
     assert plan is not None and plan.dist is not None

@@ -58,3 +58,21 @@ def test_deadline_misuse_fails_before_round_1(over: dict, key: str) -> None:
     with pytest.raises(ConfigError) as err:
         check({**DEADLINE, **over})
     assert err.value.key == key
+
+
+def test_poisson_draws_each_node_with_probability_q_once_per_round() -> None:
+    sel = Selector(from_run_config({"nodes.count": 1000, "fraction-train": 0.1, "selection.name": "poisson"}))
+    assert sel.expected() == pytest.approx(100.0)
+    first = sel.select(1)
+    assert sel.select(1) == first == sorted(first)  # one draw per round, asked as often as the round needs
+    counts = [len(sel.select(r)) for r in range(2, 202)]
+    # Binomial(1000, 0.1): mean 100, sd 9.5; the mean of 200 rounds is within 3 sd of 100 (sd 0.67)
+    assert abs(sum(counts) / len(counts) - 100) < 2.0
+    assert min(counts) < 95 and max(counts) > 105  # the count varies, as Poisson sampling's does
+    everyone = Selector(from_run_config({"nodes.count": 8, "selection.name": "poisson"}))
+    assert everyone.select(3) == list(range(8)) and everyone.expected() == 8.0
+
+
+def test_uniform_selection_divides_by_the_nodes_it_draws() -> None:
+    sel = Selector(from_run_config({"nodes.count": 10, "fraction-train": 0.35}))
+    assert sel.expected() == 4.0 == len(sel.select(1))
