@@ -58,13 +58,14 @@ def _rss_of_run(home: str) -> int:
     return total
 
 
-def run_one(scale: str, path: str, rounds: int, rep: int, out: Path, flower: Flower) -> dict:
+def run_one(scale: str, path: str, rounds: int, rep: int, out: Path, flower: Flower, cpus: int = 1) -> dict:
     base, cohort = SCALES[scale]
     name = f"n{scale}-{path}-{rep}"
     size = cohort if path == "cohort" else 1
     rc = _join(COMMON, base, f"num-server-rounds={rounds} seed={rep} nodes.cohort-size={size} "
                              f"output-dir='{out}' run-name='{name}'")
-    cmd = [str(BIN / "fedrl"), "run", str(REPO), "--run-config", rc, "--federation-config", "num-supernodes=2"]
+    cmd = [str(BIN / "fedrl"), "run", str(REPO), "--run-config", rc, "--federation-config",
+           f"num-supernodes=2 client-resources-num-cpus={cpus}"]
     peak = 0
     done = threading.Event()
 
@@ -120,10 +121,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scales", default="8,100,1000", help="comma-separated: 8, 100, 1000")
     ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=3, help="rounds per run (the last one evaluates)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per run (the last one evaluates)")
+    ap.add_argument("--paths", default="per-node,cohort", help="comma-separated: per-node, cohort")
+    ap.add_argument("--cpus", type=int, default=1, help="Ray CPUs per simulated SuperNode (Flower's default is 2, "
+                                                          "which runs the 2 SuperNodes one after the other here)")
     ap.add_argument("--out", type=Path, default=REPO / "simulations" / "results-scale")
     args = ap.parse_args()
     scales = [s.strip() for s in args.scales.split(",")]
+    paths = [p.strip() for p in args.paths.split(",")]
+    if not paths or any(p not in ("per-node", "cohort") for p in paths):
+        ap.error(f"--paths: {args.paths!r}; allowed: per-node, cohort")
     unknown = [s for s in scales if s not in SCALES]
     if unknown:
         ap.error(f"--scales: unknown {unknown}; allowed: {', '.join(SCALES)}")
@@ -136,8 +143,8 @@ def main() -> int:
             yardstick.append(cleanrl_steps_per_s())
             print(f"rep {rep}: CleanRL-style PPO {yardstick[-1]:,.0f} env steps/s", flush=True)
             for scale in scales:
-                for path in ("per-node", "cohort"):
-                    r = run_one(scale, path, args.rounds, rep, args.out, flower)
+                for path in paths:
+                    r = run_one(scale, path, args.rounds, rep, args.out, flower, args.cpus)
                     results.append(r)
                     print(f"rep {rep}: {scale:>5} nodes {path:>8}: {r['steps_per_s']:>9,.0f} steps/s, "
                           f"{r['s_per_round']:6.1f} s/round, peak {r['peak_rss_gb']:.2f} GB", flush=True)
@@ -149,11 +156,12 @@ def main() -> int:
     print(f"{'nodes':>6} {'path':>9} {'steps/s':>9} {'s/round':>8} {'peak GB':>8} {'x per-node':>10} {'x CleanRL':>9}")
     for scale in scales:
         med = {p: {k: statistics.median(r[k] for r in results if r["scale"] == scale and r["path"] == p)
-                   for k in ("steps_per_s", "s_per_round", "peak_rss_gb")} for p in ("per-node", "cohort")}
-        for p in ("per-node", "cohort"):
+                   for k in ("steps_per_s", "s_per_round", "peak_rss_gb")} for p in paths}
+        for p in paths:
             m = med[p]
+            ratio = m["steps_per_s"] / med["per-node"]["steps_per_s"] if "per-node" in med else float("nan")
             print(f"{scale:>6} {p:>9} {m['steps_per_s']:>9,.0f} {m['s_per_round']:>8.1f} {m['peak_rss_gb']:>8.2f} "
-                  f"{m['steps_per_s'] / med['per-node']['steps_per_s']:>10.2f} {m['steps_per_s'] / clean:>9.1f}")
+                  f"{ratio:>10.2f} {m['steps_per_s'] / clean:>9.1f}")
     return 0
 
 

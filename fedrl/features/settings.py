@@ -44,9 +44,5 @@ SETTINGS = (
         ("privacy-distributed",), "selection.name", "each node's noise share is sized for a fixed number of nodes",
         lambda cfg: "selection.name = poisson with privacy.mode = distributed: each node's noise share is sized for "
                     "a fixed number of nodes per round; use uniform selection, or privacy.mode = central"),)),
-    Feature("cohorts", "nodes.cohort-size", "nodes.cohort-size > 1", lambda cfg: cfg.nodes.cohort_size > 1, excludes=(
-        Rule(("asynchronous-rule",), "nodes.cohort-size", "asynchronous rules dispatch one node at a time",
-             lambda cfg: f"nodes.cohort-size > 1 with strategy.name = {cfg.strategy.name} is not supported: "
-                         "asynchronous rules dispatch one idle node at a time; set nodes.cohort-size = 1"),
-    )),
+    Feature("cohorts", "nodes.cohort-size", "nodes.cohort-size > 1", lambda cfg: cfg.nodes.cohort_size > 1),
 )

@@ -1,7 +1,8 @@
 """The ServerApp's loop for asynchronous rules (``strategy.name`` = fedbuff, fedasync).
 
-No round barrier: every idle node (up to ``strategy.concurrency``, one per SuperNode at a time)
-is sent the current model with ``push_messages``; replies are taken with ``pull_messages`` as
+No round barrier: every idle node (up to ``strategy.concurrency``; one message per SuperNode at a
+time, carrying up to ``nodes.cohort-size`` of its idle logical nodes) is sent the current model
+with ``push_messages``; replies are taken with ``pull_messages`` as
 they arrive, each remembering the version it started from, and the server steps whenever the
 rule says so (``Federation.receive_async``). A "round" in metrics.jsonl is one server step.
 
@@ -23,7 +24,8 @@ from flwr.serverapp import Grid
 
 from fedrl.federation import Federation
 from fedrl.flower import codec
-from fedrl.flower.transport import Answer, NodeMap, check_reply
+from fedrl.flower.cohort_codec import encode_cohort
+from fedrl.flower.transport import NodeMap, check_reply, split_answers
 from fedrl.results import RunFolder
 from fedrl.rundir import end_round
 
@@ -51,9 +53,10 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
     n, total = cfg.nodes.count, cfg.num_server_rounds
     limit = cfg.strategy.concurrency or n
     assert fed.asyn is not None
-    inflight: dict[str, tuple[int, int, float]] = {}  # message id -> (node, version, sent at)
+    inflight: dict[str, tuple[list[int], int, float]] = {}  # message id -> (nodes, version, sent at)
     trained_from: dict[int, int] = {}  # node -> the version it was last sent
     last_sent = dict.fromkeys(range(n), 0.0)
+    cohort = cfg.nodes.cohort_size
     cur = _Round()
     fed.begin_round(fed.round + 1)
 
@@ -66,23 +69,30 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
             fed.begin_round(fed.round + 1)
         return stop
 
+    def running() -> int:
+        return sum(len(nodes) for nodes, _, _ in inflight.values())
+
     while fed.round < total:
-        busy = {nm.supernode(node) for node, _, _ in inflight.values()}
+        busy = {nm.supernode(nodes[0]) for nodes, _, _ in inflight.values()}
+        batches: dict[int, list[int]] = {}  # SuperNode -> idle nodes it hosts, at most nodes.cohort-size
         for node in sorted(range(n), key=lambda i: last_sent[i]):  # longest idle first
-            if len(inflight) >= limit:
+            if running() + sum(map(len, batches.values())) >= limit:
                 break
-            if trained_from.get(node) == fed.round or nm.supernode(node) in busy:
+            sn = nm.supernode(node)
+            if trained_from.get(node) == fed.round or sn in busy or len(batches.get(sn, ())) >= cohort:
                 continue
-            plan, dl = fed.plan(node, fed.round + 1)
-            msg = Message(codec.encode_plan(plan, dl), dst_node_id=nm.supernode(node), message_type=codec.TRAIN,
-                          group_id=str(fed.round + 1))
+            batches.setdefault(sn, []).append(node)
+        for sn, nodes in batches.items():
+            plans = [codec.encode_plan(*fed.plan(node, fed.round + 1)) for node in nodes]
+            msg = Message(plans[0] if len(plans) == 1 else encode_cohort(list(plans)), dst_node_id=sn,
+                          message_type=codec.TRAIN, group_id=str(fed.round + 1))
             fed.counters.sent(codec.wire_bytes(msg))
             mid = next(iter(grid.push_messages([msg])))
-            inflight[mid] = (node, fed.round, time.monotonic())
-            fed.asyn.versions.acquire(fed.round, fed.models[0])
-            trained_from[node] = fed.round
-            last_sent[node] = time.monotonic()
-            busy.add(nm.supernode(node))
+            inflight[mid] = (nodes, fed.round, time.monotonic())
+            for node in nodes:
+                fed.asyn.versions.acquire(fed.round, fed.models[0])
+                trained_from[node] = fed.round
+                last_sent[node] = time.monotonic()
         if not inflight:  # every node trained from this version and nothing is pending
             applied = fed.flush_buffer() if cfg.strategy.name == "fedbuff" else []
             log.warning("round %d: every node has answered for version %d with %d usable update(s)%s", fed.round + 1,
@@ -92,28 +102,33 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
             continue
         stop = False
         for m in grid.pull_messages(list(inflight)):
-            node, version, _ = inflight.pop(m.metadata.reply_to_message_id)
-            base = fed.asyn.versions.release(version)
+            nodes, version, _ = inflight.pop(m.metadata.reply_to_message_id)
             if m.has_content():
                 fed.counters.received(codec.wire_bytes(m))
-            checked = check_reply(fed, Answer.of(m), node)
-            if isinstance(checked, str):
-                cur.failed[node] = checked
-                log.warning("round %d: node %d left out: %s", fed.round + 1, node, checked)
-                continue
-            cur.returns[node] = checked.metrics.get("train_return")
-            applied = fed.receive_async(checked, version, base)
-            if applied and step(applied):
-                stop = True
+            for node, answer in split_answers(m, nodes).items():
+                base = fed.asyn.versions.release(version)
+                if stop:  # the run ended inside this cohort's replies
+                    continue
+                checked = check_reply(fed, answer, node)
+                if isinstance(checked, str):
+                    cur.failed[node] = checked
+                    log.warning("round %d: node %d left out: %s", fed.round + 1, node, checked)
+                    continue
+                cur.returns[node] = checked.metrics.get("train_return")
+                applied = fed.receive_async(checked, version, base)
+                if applied and step(applied):
+                    stop = True
+            if stop:
                 break
         if stop:
             break
         now = time.monotonic()
-        for mid, (node, version, sent) in list(inflight.items()):
+        for mid, (nodes, version, sent) in list(inflight.items()):
             if now - sent > cfg.round.timeout_s:
                 del inflight[mid]
-                fed.asyn.versions.release(version)
-                cur.failed[node] = "no reply before round.timeout-s"
-                trained_from.pop(node, None)  # may be sent work again
-                log.warning("round %d: node %d left out: no reply before round.timeout-s", fed.round + 1, node)
+                for node in nodes:
+                    fed.asyn.versions.release(version)
+                    cur.failed[node] = "no reply before round.timeout-s"
+                    trained_from.pop(node, None)  # may be sent work again
+                    log.warning("round %d: node %d left out: no reply before round.timeout-s", fed.round + 1, node)
         time.sleep(_POLL_S)

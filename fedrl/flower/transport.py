@@ -202,11 +202,11 @@ def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
                 fed.counters.received(codec.wire_bytes(r))
             if r is None and deadline_s > 0:
                 nm.late.update({node: (mid, t0) for node in batch})
-            out.update(_answers(r, batch))
+            out.update(split_answers(r, batch))
     return out
 
 
-def _answers(r: Message | None, batch: list[int]) -> dict[int, Answer | None]:
+def split_answers(r: Message | None, batch: list[int]) -> dict[int, Answer | None]:
     """Each node's answer in a reply to one message (one node, or a cohort)."""
     answer = Answer.of(r)
     if len(batch) == 1 or answer is None or answer.content is None:

@@ -2,7 +2,7 @@
 
 Four logical nodes hosted by one SuperNode get one message carrying their four plans; the
 handler trains them in one vectorized pass and answers with one message carrying four replies;
-the server splits it (``transport._answers``) and checks each reply as it checks any. The
+the server splits it (``transport.split_answers``) and checks each reply as it checks any. The
 cohort's replies equal the replies of the same nodes trained one message each (within float
 rounding: ``test_cohort_training``), its plan message is smaller than four plan messages (the
 shared weights cross once), and a member that fails gives the others their replies.
@@ -20,7 +20,7 @@ from fedrl.flower import codec
 from fedrl.flower.client import handle_train
 from fedrl.flower.cohort_codec import decode_cohort, encode_cohort
 from fedrl.flower.safe_arrays import WireError
-from fedrl.flower.transport import Answer, _answers, check_reply
+from fedrl.flower.transport import Answer, check_reply, split_answers
 from fedrl.wire import Reply
 from tests.inprocess import task  # noqa: F401 - the fixture
 
@@ -46,7 +46,7 @@ def test_a_cohort_message_trains_its_nodes_as_single_messages_do() -> None:
     cohort = Message(encode_cohort(list(plans.values())), dst_node_id=9, message_type=codec.TRAIN)
     single_bytes = sum(codec.content_bytes(p) for p in plans.values())
     assert codec.content_bytes(cohort.content) < 0.5 * single_bytes  # the global weights crossed once
-    answers = _answers(handle_train(cohort, _context(0, state)), list(plans))
+    answers = split_answers(handle_train(cohort, _context(0, state)), list(plans))
     together = {n: check_reply(fed, a, n) for n, a in answers.items()}
     alone = {}
     for node, plan in plans.items():
@@ -70,7 +70,7 @@ def test_a_failing_member_fails_alone() -> None:
     contents = [plans[0], broken, plans[2], plans[3]]
     reply = handle_train(Message(encode_cohort(contents), dst_node_id=9, message_type=codec.TRAIN),
                          _context(0, RecordDict()))
-    answers = _answers(reply, [0, 1, 2, 3])
+    answers = split_answers(reply, [0, 1, 2, 3])
     checked = {n: check_reply(fed, a, n) for n, a in answers.items()}
     assert isinstance(checked[0], Reply) and isinstance(checked[2], Reply) and isinstance(checked[3], Reply)
     assert isinstance(checked[1], str) and checked[1].startswith("client error: ")
@@ -96,6 +96,6 @@ def test_cohort_records_are_decoded_by_checked_rules() -> None:
 def test_a_malformed_cohort_reply_leaves_its_members_out() -> None:
     request = Message(RecordDict(), dst_node_id=9, message_type=codec.TRAIN)
     reply = Message(RecordDict({"cohort": ConfigRecord({"members": 5})}), reply_to=request)
-    answers = _answers(reply, [0, 1])
+    answers = split_answers(reply, [0, 1])
     assert all(a is not None and a.why is not None and a.why.startswith("malformed cohort reply") for a in
                answers.values())

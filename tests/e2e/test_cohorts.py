@@ -60,3 +60,15 @@ def test_200_nodes_with_secure_aggregation_8_bit_codes_and_central_dp(flower: Lo
         # (a node that drops at unmask is still in the sum: its input was masked in already)
         assert set(r["nodes_trained"]) | {int(n) for n in r["nodes_failed"]} == set(range(200))
     assert len(rows[-1]["eval_returns"]) == 8
+
+
+def test_fedbuff_dispatches_idle_nodes_in_cohorts(flower: LocalFlower, tmp_path: Path) -> None:
+    # 8 nodes on 2 SuperNodes, each message carries up to 4 idle nodes; a server step every 3 updates,
+    # so a cohort's replies straddle steps and some land on a newer version (staleness > 0).
+    res = flower.run(REPO, "strategy.name='fedbuff' strategy.buffer=3 nodes.cohort-size=4 num-server-rounds=6 "
+                           f"algo.local-steps=256 eval.every=0 eval.episodes=1 output-dir='{tmp_path}' run-name='buf'")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "buf" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(len(r["nodes_trained"]) == 3 == len(r["staleness"]) for r in rows)
+    assert any(t > 0 for r in rows for t in r["staleness"])
+    assert not any(r["nodes_failed"] for r in rows)
