@@ -12,9 +12,10 @@ transfers.
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
@@ -43,6 +44,7 @@ _MOMENTS = "mom"  # observation statistics (a ConfigRecord field)
 # Short field prefixes: on a 9k-parameter policy every byte of framing shows in the ratios.
 _UPDATE, _DELTA, _METRIC = "u", "d", "m."
 _STATE_PREFIX = "fedrl.node"
+_PACKED = "npz"
 
 
 # Per-node training metrics the server records (metrics.jsonl); the rest stay on the node.
@@ -229,15 +231,27 @@ def decode_hello_reply(rec: RecordDict) -> tuple[int, int]:
 # --- client state in context.state ---------------------------------------------------------
 def load_node_state(state: RecordDict, node: int) -> NodeState:
     """The state of logical node ``node`` (a SuperNode may serve several)."""
-    key = f"{_STATE_PREFIX}{node}"
-    rec = array_record(state, key)
+    rec = array_record(state, f"{_STATE_PREFIX}{node}")
     if rec is None:
         return NodeState.empty()
+    if list(rec) == [_PACKED]:
+        with np.load(io.BytesIO(rec[_PACKED].numpy().tobytes()), allow_pickle=False) as npz:
+            return NodeState({k[1:]: npz[k] for k in npz.files})
     return NodeState({k: rec[k].numpy() for k in rec})
 
 
 def store_node_state(state: RecordDict, node: int, ns: NodeState) -> None:
-    state[f"{_STATE_PREFIX}{node}"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in ns.arrays.items()})
+    """Keep ``ns`` as one array (an uncompressed ``.npz``, read back without pickle).
+
+    One array per node rather than one per state entry: the Simulation Engine pickles a
+    SuperNode's whole ``context.state`` to and from its Ray actor with every message, and with
+    hundreds of logical nodes' states the cost is per object (measured: see the closing note of
+    issue 16), not per byte.
+    """
+    buf = io.BytesIO()
+    # "_" before each name: no entry can take the name of one of savez's own keyword arguments
+    np.savez(buf, **cast(dict[str, Any], {f"_{k}": np.ascontiguousarray(v) for k, v in ns.arrays.items()}))
+    state[f"{_STATE_PREFIX}{node}"] = ArrayRecord({_PACKED: Array(np.frombuffer(buf.getvalue(), np.uint8))})
 
 
 def plan_record(rec: RecordDict) -> ConfigRecord:
