@@ -73,6 +73,9 @@ def parse_metrics(path: Path, text: str) -> list[dict[str, Any]]:
     return rows
 
 
+MAX_CURVES = 16  # variants drawn one line each in the PNG curves
+
+
 class RunFolder:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -112,7 +115,8 @@ class RunFolder:
         return write_with(self.path / file, lambda fh: np.savez(fh, **arrays), PUBLIC)  # type: ignore[arg-type]
 
     def plot(self, variant_labels: list[str]) -> list[Path]:
-        """PNG learning curves: eval return per variant against round and against env steps."""
+        """PNG learning curves: eval return per variant against round and against env steps (more
+        than ``MAX_CURVES`` variants: their median, worst and min-max band)."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -126,8 +130,15 @@ class RunFolder:
         for xkey, xlabel, name in (("round", "round", "eval_vs_round.png"), ("env_steps", "env steps (all nodes)", "eval_vs_env_steps.png")):
             x = [r[xkey] for r in rows]
             fig, ax = plt.subplots(figsize=(7, 4.5))
-            for j in range(curves.shape[1]):
-                ax.plot(x, curves[:, j], label=variant_labels[j] if j < len(variant_labels) else f"variant {j}", lw=1.2)
+            if curves.shape[1] <= MAX_CURVES:
+                for j in range(curves.shape[1]):
+                    ax.plot(x, curves[:, j], label=variant_labels[j] if j < len(variant_labels) else f"variant {j}",
+                            lw=1.2)
+            else:  # a large federation: one line per variant (and a legend of them) would be unreadable and slow
+                ax.fill_between(x, np.nanmin(curves, 1), np.nanmax(curves, 1), alpha=0.25,
+                                label=f"min-max of {curves.shape[1]} variants")
+                ax.plot(x, np.nanmedian(curves, 1), lw=1.5, label="median")
+                ax.plot(x, np.nanmin(curves, 1), lw=1.0, label="worst variant")
             ax.set_xlabel(xlabel)
             ax.set_ylabel("eval return")
             ax.grid(alpha=0.3)
