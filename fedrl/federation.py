@@ -30,7 +30,7 @@ from fedrl.attacks import attackers
 from fedrl.compression.downlink import Broadcaster, Downlink
 from fedrl.compression.ef21 import ServerEF21
 from fedrl.compression.pipeline import decompress, flatten, stage, unflatten
-from fedrl.compression.ring_codes import required_ring_bits
+from fedrl.compression.ring_codes import RingCoding, required_ring_bits
 from fedrl.config import Config, to_flat
 from fedrl.counters import Counters
 from fedrl.evaluation import Evaluation
@@ -266,17 +266,15 @@ class Federation:
             return self.privacy.dist.bits
         return self.cfg.secagg.bits or required_ring_bits(self.cfg.compression.bits, nodes)
 
-    def secure_central_mean(self, total: np.ndarray, rnd: int) -> np.ndarray:
-        """Central DP under secure aggregation: the unmasked sum of the survivors' clipped updates to
-        the noised mean update (``ServerPrivacy.secure_mean``), divided by the nodes selected."""
-        assert self.dp is not None
-        return self.dp.secure_mean(total, self.dp_denominator(rnd))
-
-    def distributed_mean(self, total: np.ndarray, survivors: int, rnd: int) -> np.ndarray:
-        """Distributed DP: the unmasked ring sum of ``survivors`` nodes to the mean update, and one
-        ledger step with the noise those nodes added; divided by the nodes selected, as in central mode."""
-        assert self.dp is not None
-        return self.dp.distributed_mean(total, survivors, self.dp_denominator(rnd))
+    def secure_dp_mean(self, total: np.ndarray, survivors: int, rnd: int) -> tuple[np.ndarray, float]:
+        """DP under secure aggregation, from the unmasked ring sum of ``survivors`` nodes: (mean
+        update, summed weight ratio), one ledger step, divided by ``dp_denominator``. Distributed:
+        the nodes' noise is in the sum; central: the nodes clipped and the noise is added here."""
+        assert self.dp is not None and self.privacy is not None
+        if self.privacy.dist is not None:
+            return self.dp.distributed_mean(total, survivors, self.dp_denominator(rnd)), float(total[-1])
+        summed, ratio_sum = RingCoding.for_config(self.cfg).decode_total(total, survivors)
+        return self.dp.secure_mean(summed, self.dp_denominator(rnd)), ratio_sum
 
     # --- evaluation -----------------------------------------------------------------------
     def evaluate_own(self) -> list[float]:

@@ -140,11 +140,8 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
         ahead.keys.update({n: nxt for n, (_, nxt) in replies.items() if nxt is not None and n not in bad})
         t0 = time.perf_counter()
         total = server.unmask({n: sh for n, (sh, _) in replies.items()})
-        if fed.privacy is not None and fed.privacy.dist is not None:  # distributed DP: noised on the nodes
-            mean, ratio_sum = fed.distributed_mean(total, len(survivors), rnd), float(total[-1])
-        elif fed.privacy is not None:  # central DP: nodes clipped, the server noises the sum
-            summed, ratio_sum = RingCoding.for_config(cfg).decode_total(total, len(survivors))
-            mean = fed.secure_central_mean(summed, rnd)
+        if fed.privacy is not None:  # distributed DP (noised on the nodes) or central (noised here)
+            mean, ratio_sum = fed.secure_dp_mean(total, len(survivors), rnd)
         else:
             mean, ratio_sum = RingCoding.for_config(cfg).decode_sum(total, len(survivors))
         clock["server-unmask"] = time.perf_counter() - t0

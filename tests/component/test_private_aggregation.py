@@ -125,7 +125,7 @@ def test_distributed_dp_mean_from_a_ring_sum_is_noised_once_per_node_and_account
     updates = [u * 0.5 / np.linalg.norm(u) for u in rng.normal(0, 1, (5, fed.n_params))]  # 5 of 6 survive
     ring = sum(np.concatenate([d.encode(u, rng), [1]]).astype(np.uint64) for u in updates)
     ring &= np.uint64((1 << 24) - 1)
-    mean = fed.distributed_mean(ring, 5, 1)
+    mean, _ = fed.secure_dp_mean(ring, 5, 1)
     noise = mean * 6 - np.sum(updates, axis=0)  # divided by the 6 selected
     assert noise.std() == pytest.approx(2.0 * d.l2 / d.scale * math.sqrt(5 / 4), rel=0.05)
     assert fed.dp.ledger is not None and fed.dp.ledger.history == [(d.mu_with(5), 1.0, 1)]
