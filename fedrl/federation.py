@@ -124,7 +124,7 @@ class Federation:
         """What DP-FedAvg divides the noised sum by: the nodes selected for round ``rnd`` (a fixed
         number), or with poisson selection their expected number q n, which does not depend on
         who was drawn."""
-        return self.selector.expected() if self.cfg.selection.name == "poisson" else float(len(self.select(rnd)))
+        return self.selector.expected()
 
     def slot(self, node: int) -> int:
         """The model slot a node trains from (the rule's: its own, its edge's or the global one)."""

@@ -51,6 +51,11 @@ class RingCoding:
     def levels(self) -> int:
         return (1 << self.bits) - 1
 
+    @property
+    def step(self) -> float:
+        """One quantization step: codes ``0..L`` span ``[-clip, clip]``."""
+        return 2.0 * self.clip / self.levels
+
     def encode(self, delta: np.ndarray, env_steps: int, rng: np.random.Generator) -> np.ndarray:
         """Codes of ``[ratio * delta, ratio]`` as uint64, length ``delta.size + 1``, each in ``[0, L]``."""
         ratio = min(max(env_steps, 0) / self.weight_bound, 1.0)
@@ -63,8 +68,7 @@ class RingCoding:
     def decode_total(self, total: np.ndarray, m: int) -> tuple[np.ndarray, float]:
         """From the ring sum of ``m`` nodes' codes: (sum of weighted updates, float64; sum of weight ratios)."""
         codes = np.asarray(total[:-1], np.float64)
-        step = 2.0 * self.clip / self.levels
-        return -m * self.clip + step * codes, float(total[-1]) / self.levels
+        return -m * self.clip + self.step * codes, float(total[-1]) / self.levels
 
     def decode_sum(self, total: np.ndarray, m: int) -> tuple[np.ndarray, float]:
         """From the ring sum of ``m`` nodes' codes: (weighted mean update, sum of weight ratios).

@@ -24,7 +24,7 @@ from flwr.serverapp import Grid
 
 from fedrl.federation import Federation
 from fedrl.flower import codec
-from fedrl.flower.cohort_codec import encode_cohort
+from fedrl.flower.cohort_codec import content_of
 from fedrl.flower.transport import NodeMap, check_reply, split_answers
 from fedrl.results import RunFolder
 from fedrl.rundir import end_round
@@ -69,23 +69,21 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
             fed.begin_round(fed.round + 1)
         return stop
 
-    def running() -> int:
-        return sum(len(nodes) for nodes, _, _ in inflight.values())
-
     while fed.round < total:
         busy = {nm.supernode(nodes[0]) for nodes, _, _ in inflight.values()}
+        room = limit - sum(len(nodes) for nodes, _, _ in inflight.values())
         batches: dict[int, list[int]] = {}  # SuperNode -> idle nodes it hosts, at most nodes.cohort-size
         for node in sorted(range(n), key=lambda i: last_sent[i]):  # longest idle first
-            if running() + sum(map(len, batches.values())) >= limit:
+            if room <= 0:
                 break
             sn = nm.supernode(node)
             if trained_from.get(node) == fed.round or sn in busy or len(batches.get(sn, ())) >= cohort:
                 continue
             batches.setdefault(sn, []).append(node)
+            room -= 1
         for sn, nodes in batches.items():
             plans = [codec.encode_plan(*fed.plan(node, fed.round + 1)) for node in nodes]
-            msg = Message(plans[0] if len(plans) == 1 else encode_cohort(list(plans)), dst_node_id=sn,
-                          message_type=codec.TRAIN, group_id=str(fed.round + 1))
+            msg = Message(content_of(plans), dst_node_id=sn, message_type=codec.TRAIN, group_id=str(fed.round + 1))
             fed.counters.sent(codec.wire_bytes(msg))
             mid = next(iter(grid.push_messages([msg])))
             inflight[mid] = (nodes, fed.round, time.monotonic())

@@ -40,6 +40,11 @@ def encode_cohort(members: list[RecordDict | str]) -> RecordDict:
     return out
 
 
+def content_of(members: list[RecordDict]) -> RecordDict:
+    """A message's content for one or more logical nodes: one member's as it is, several as a cohort."""
+    return members[0] if len(members) == 1 else encode_cohort(list(members))
+
+
 def decode_cohort(rec: RecordDict, max_members: int) -> list[RecordDict | str]:
     """The members of a cohort content, in order: each one's records, or its error text.
 

@@ -22,7 +22,7 @@ from flwr.serverapp import Grid
 from fedrl.config import Config
 from fedrl.federation import Federation
 from fedrl.flower import codec
-from fedrl.flower.cohort_codec import decode_cohort, encode_cohort
+from fedrl.flower.cohort_codec import content_of, decode_cohort
 from fedrl.wire import Reply
 
 log = logging.getLogger("fedrl")
@@ -190,8 +190,8 @@ def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
     out: dict[int, Answer | None] = {}
     timeout = min(deadline_s, fed.cfg.round.timeout_s) if deadline_s > 0 else fed.cfg.round.timeout_s
     for wave in _waves(list(contents), nm, cohort):
-        msgs = [Message(contents[batch[0]] if len(batch) == 1 else encode_cohort([contents[n] for n in batch]),
-                        dst_node_id=nm.supernode(batch[0]), message_type=mtype, group_id=str(rnd)) for batch in wave]
+        msgs = [Message(content_of([contents[n] for n in batch]), dst_node_id=nm.supernode(batch[0]),
+                        message_type=mtype, group_id=str(rnd)) for batch in wave]
         fed.counters.sent(sum(codec.wire_bytes(m) for m in msgs))
         sent = list(grid.push_messages(msgs))
         t0 = time.monotonic()

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from fedrl.compression.ring_codes import RingCoding
 from fedrl.config import Config, norm_on
 from fedrl.errors import ConfigError
 from fedrl.privacy.accounting import Ledger, epsilon_after, noise_for_target
@@ -193,8 +194,7 @@ def ring_slack(cfg: Config, dim: int) -> float:
     one step ``2 r / L`` (``r`` = ``secagg.clip-range``, ``L = 2^bits - 1``), so by less than
     ``2 r sqrt(dim) / L`` in all; clipping coordinates to ``[-r, r]`` only shortens it. The server
     noises the sum for ``clip + slack`` (triangle inequality), so the guarantee holds for any codes."""
-    levels = (1 << cfg.compression.bits) - 1
-    return 2.0 * cfg.secagg.clip_range * math.sqrt(dim) / levels
+    return RingCoding.for_config(cfg).step * math.sqrt(dim)
 
 
 def _distributed(cfg: Config, dim: int, q: float, note: str, z: float, budget: float | None) -> PrivacyPlan:
