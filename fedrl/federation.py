@@ -31,7 +31,7 @@ from fedrl.compression.downlink import Broadcaster, Downlink
 from fedrl.compression.ef21 import ServerEF21
 from fedrl.compression.pipeline import decompress, flatten, stage, unflatten
 from fedrl.compression.ring_codes import RingCoding, required_ring_bits
-from fedrl.config import Config, to_flat
+from fedrl.config import Config
 from fedrl.counters import Counters
 from fedrl.evaluation import Evaluation
 from fedrl.experiment import initial_weights, policy_spec, variants_of
@@ -293,16 +293,3 @@ class Federation:
 
     def solved(self, returns: list[float]) -> bool:
         return self.target is not None and min(returns) >= self.target
-
-    # --- persistence ----------------------------------------------------------------------
-    def resolved_config(self) -> dict[str, Any]:
-        return {
-            "run_config": to_flat(self.cfg),
-            "nodes": [{"node": i, "params": v} for i, v in enumerate(self.variants)],
-            "eval_nodes": self.evaluation.nodes,  # whose variants the server evaluates (eval.nodes)
-            **({"heldout": [{"index": j, "params": v} for j, v in enumerate(self.heldout)]} if self.heldout else {}),
-            "policy": {"obs_dim": self.spec.obs_dim, "action_kind": self.spec.action_kind,
-                       "action_dim": self.spec.action_dim, "hidden": list(self.spec.hidden),
-                       "weight_names": self.names},
-            "target_return": self.target,
-        }

@@ -17,6 +17,7 @@ import numpy as np
 
 from fedrl import checkpoint, heldout
 from fedrl.best import Best, improves, last_evals_min, table_line
+from fedrl.config import to_flat
 from fedrl.errors import ConfigError
 from fedrl.federation import Federation
 from fedrl.privacy.node import dpsgd_field
@@ -49,9 +50,24 @@ def resolve_run_folder(fed: Federation) -> RunFolder:
     if ck is not None:
         raise ConfigError("run-name", f"{path} already holds a run; pick another run-name or set resume=true")
     folder = RunFolder(path)
-    folder.write_config(fed.resolved_config())
+    folder.write_config(resolved_config(fed))
     print(f"fedrl: writing results to {path}", flush=True)
     return folder
+
+
+def resolved_config(fed: Federation) -> dict[str, Any]:
+    """The run's config.json: the flat run config and what it resolved to (each node's variant,
+    the evaluated nodes, held-out variants, the policy's shape and weight names, the target)."""
+    return {
+        "run_config": to_flat(fed.cfg),
+        "nodes": [{"node": i, "params": v} for i, v in enumerate(fed.variants)],
+        "eval_nodes": fed.evaluation.nodes,  # whose variants the server evaluates (eval.nodes)
+        **({"heldout": [{"index": j, "params": v} for j, v in enumerate(fed.heldout)]} if fed.heldout else {}),
+        "policy": {"obs_dim": fed.spec.obs_dim, "action_kind": fed.spec.action_kind,
+                   "action_dim": fed.spec.action_dim, "hidden": list(fed.spec.hidden),
+                   "weight_names": fed.names},
+        "target_return": fed.target,
+    }
 
 
 def _mb(n: float) -> str:

@@ -28,6 +28,7 @@ from fedrl.flower.hostile import npy_bomb
 from fedrl.overrides import FLOWER_PAIR, check_override
 from fedrl.results import BEST_MODEL, MODEL, RunFolder
 from fedrl.rl.normalize import Moments
+from fedrl.rundir import resolved_config
 
 REPO = Path(__file__).resolve().parents[2]
 FEDRL = str(Path(sys.executable).parent / "fedrl")
@@ -160,7 +161,7 @@ def _run_folder(root: Path, env: str = "cartpole") -> Path:
                                                         "nodes.count": 2}
     fed = Federation(from_run_config(rc))
     folder = RunFolder(root / env)
-    folder.write_config(fed.resolved_config())
+    folder.write_config(resolved_config(fed))
     extra = {}
     if fed.moments[0] is not None:  # normalization on (the default): statistics of 10 observations
         n = fed.spec.obs_dim

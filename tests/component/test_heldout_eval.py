@@ -14,6 +14,7 @@ from fedrl.cli import main
 from fedrl.config import from_run_config
 from fedrl.federation import Federation
 from fedrl.rl.evaluate import evaluate
+from fedrl.rundir import resolved_config
 from fedrl.seeding import HELDOUT, derive
 from tests.component.one_round import one_round
 
@@ -33,14 +34,14 @@ def test_evaluation_returns_one_value_per_held_out_variant() -> None:
     returns = fed.evaluate_heldout()
     assert len(returns) == 4 and all(1.0 <= r <= 50.0 for r in returns)  # CartPole: 1 per step, at most 50
     assert fed.evaluate_heldout() == returns  # the same episodes at every evaluation
-    assert fed.resolved_config()["heldout"] == [{"index": j, "params": v} for j, v in enumerate(fed.heldout)]
+    assert resolved_config(fed)["heldout"] == [{"index": j, "params": v} for j, v in enumerate(fed.heldout)]
     assert all(v["length"] not in {t["length"] for t in fed.variants} for v in fed.heldout)
 
 
 def test_zero_held_out_adds_nothing() -> None:
     fed = _fed()
     assert fed.heldout == [] and fed.evaluate_heldout() == []
-    assert "heldout" not in fed.resolved_config()
+    assert "heldout" not in resolved_config(fed)
 
 
 @pytest.mark.parametrize("strategy", ["fedavg", "local"])
