@@ -28,6 +28,7 @@ from fedrl.config_features import (
     StrategyConfig,
     TopologyConfig,
 )
+from fedrl.config_offpolicy import DQNConfig
 from fedrl.config_sections import (
     AlgoConfig,
     AttackConfig,
@@ -42,7 +43,7 @@ from fedrl.config_sections import (
 )
 from fedrl.errors import ConfigError
 
-__all__ = ["COMPRESSOR_NAMES", "SERVER_LR_END", "AlgoConfig", "AttackConfig", "CompressionConfig", "Config",
+__all__ = ["COMPRESSOR_NAMES", "SERVER_LR_END", "AlgoConfig", "AttackConfig", "CompressionConfig", "Config", "DQNConfig",
            "EnvConfig", "EvalConfig", "NodesConfig", "PPOConfig", "PrivacyConfig", "RoundConfig", "SecAggConfig",
            "SelectionConfig", "StrategyConfig", "TopologyConfig", "from_run_config", "norm_on", "to_flat"]
 
@@ -59,6 +60,7 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    dqn: DQNConfig = field(default_factory=DQNConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     nodes: NodesConfig = field(default_factory=NodesConfig)
@@ -77,7 +79,7 @@ class Config:
         return min(n, max(self.min_train_nodes, math.ceil(self.fraction_train * n)))
 
 
-_SECTIONS = ("env", "algo", "ppo", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack", "topology",
+_SECTIONS = ("env", "algo", "ppo", "dqn", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack", "topology",
              "selection", "round")
 
 

@@ -67,7 +67,7 @@ def check_environments(cfg: Config, variants: list[dict[str, float]], kwargs: di
     except ValueError as err:
         raise ConfigError("env.id", f"{cfg.env.id}: {err}; fedrl's policy needs flat Box observations and "
                                     "Discrete or Box actions") from None
-    check_policy_size(spec, algorithm(cfg.algo.name).make_model)
+    check_policy_size(spec, algorithm(cfg.algo.name).model_for(cfg))
     return spec
 
 

@@ -3,7 +3,7 @@ that runs without fedrl. ``best`` is ``best_model.npz``, the model of the best e
 (``fedrl.best``); ``final`` is ``model.npz``, the model the run ended with.
 
 The exported module takes a float32 batch of raw observations ``[B, obs_dim]`` and returns the
-greedy action the framework's evaluation takes (``ActorCritic.greedy`` after the run's
+greedy action the framework's evaluation takes (the model's ``greedy`` after the run's
 observation normalization): int64 indices for discrete actions, the Gaussian mean for
 continuous ones (clip it to your env's bounds, as ``run_policy.py`` and fedrl's evaluation do).
 Normalization statistics are baked in as buffers.
@@ -31,23 +31,27 @@ from torch import nn
 from fedrl.atomic import PUBLIC, write_bytes, write_text
 from fedrl.errors import ConfigError
 from fedrl.final_model import read_final_model
-from fedrl.rl.networks import ActorCritic, set_weights
+from fedrl.rl.networks import ActorCritic, PolicySpec, set_weights
 from fedrl.rl.normalize import Moments
 
 FORMATS = ("torchscript", "onnx")
 
 
 class GreedyPolicy(nn.Module):
-    """Raw observations -> greedy actions (normalization, actor, argmax or mean)."""
+    """Raw observations -> greedy actions (normalization, then the model's ``greedy``: the actor's
+    argmax or mean for PPO, argmax Q for DQN)."""
 
     mean: torch.Tensor
     std: torch.Tensor
 
-    def __init__(self, model: ActorCritic, moments: Moments | None, clip: float = 10.0, eps: float = 1e-8) -> None:
+    def __init__(self, model: nn.Module, spec: PolicySpec, moments: Moments | None, clip: float = 10.0,
+                 eps: float = 1e-8) -> None:
         super().__init__()
-        self.actor = model.actor
-        self.discrete = model.spec.action_kind == "discrete"
-        d = model.spec.obs_dim
+        # PPO's actor alone (the critic plays no part in acting), any other model whole
+        self.net = model.actor if isinstance(model, ActorCritic) else model
+        self.discrete = spec.action_kind == "discrete"
+        self.greedy_of_net = not isinstance(model, ActorCritic)
+        d = spec.obs_dim
         on = moments is not None and moments.count > 0
         mean = moments.mean if on and moments is not None else np.zeros(d)
         std = np.sqrt(moments.var + eps) if on and moments is not None else np.ones(d)
@@ -58,7 +62,9 @@ class GreedyPolicy(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # float64 as numpy's normalize computes it, then float32 into the network
         x = torch.clamp((obs.to(torch.float64) - self.mean) / self.std, -self.clip, self.clip).to(torch.float32)
-        out = self.actor(x)
+        if self.greedy_of_net:
+            return self.net.greedy(x)  # type: ignore[no-any-return,operator]
+        out = self.net(x)
         return out.argmax(-1) if self.discrete else out
 
 
@@ -72,13 +78,13 @@ def load_policy(run_dir: Path, which: str = "best") -> tuple[GreedyPolicy, dict[
             (``fedrl.final_model``). A policy with non-finite weights is refused, never exported.
     """
     final = read_final_model(run_dir, which)
-    model = ActorCritic(final.spec)
+    model = final.make_model(final.spec)
     set_weights(model, final.weights)
     spec = final.spec
     info: dict[str, object] = {"env_id": final.env_id, "env_kwargs": final.env_kwargs, "obs_dim": spec.obs_dim,
                                "action_kind": spec.action_kind, "action_dim": spec.action_dim,
                                "normalized_observations": final.moments is not None, "which": which}
-    return GreedyPolicy(model, final.moments).eval(), info
+    return GreedyPolicy(model, spec, final.moments).eval(), info
 
 
 def export(run_dir: Path, fmt: str = "torchscript", out: Path | None = None, which: str = "best") -> Path:

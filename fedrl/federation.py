@@ -57,8 +57,9 @@ class Federation:
         self.algorithm = algorithm(cfg.algo.name)
         self.variants = variants_of(cfg)
         self.spec = policy_spec(cfg, self.variants[0])
-        self.names = weight_names(self.algorithm.make_model(self.spec))
-        w0 = initial_weights(self.spec, cfg.seed, self.algorithm.make_model)
+        make_model = self.algorithm.model_for(cfg)
+        self.names = weight_names(make_model(self.spec))
+        w0 = initial_weights(self.spec, cfg.seed, make_model)
         self.n_params = int(sum(w.size for w in w0))
         self.obs_on = uses_norm(cfg.algo.norm_obs, self.spec)
         self.privacy = plan_for(cfg, self.spec.action_kind == "continuous", self.n_params)
@@ -73,7 +74,7 @@ class Federation:
         self.casts = [Broadcaster(self.down, m, cfg.seed, s) for s, m in enumerate(self.rule.models)]
         self.holds: dict[int, int] = {}  # node -> round of the broadcast it holds (downlink compression)
         self.ef21 = ServerEF21(self.up, self.n_params) if self.up.ef21 else None
-        self.evaluation = Evaluation(cfg, self.spec, self.variants, self.algorithm.make_model)
+        self.evaluation = Evaluation(cfg, self.spec, self.variants, make_model)
         self.counters = Counters()
         self.round = 0
         self.run_uid = secrets.token_hex(8)  # kept in the checkpoint: a resumed run is the same run

@@ -13,12 +13,14 @@ Anything else is one ``RunFileError`` naming the file and the field.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedrl.checkpoint import UNREADABLE, read_npz
 from fedrl.config import norm_on
@@ -42,6 +44,7 @@ class FinalModel:
     moments: Moments | None
     env_id: str
     env_kwargs: str
+    make_model: Callable[[PolicySpec], nn.Module] = ActorCritic  # the run's algorithm's network
 
 
 def read_final_model(run_dir: Path, which: str = "final") -> FinalModel:
@@ -68,7 +71,8 @@ def read_final_model(run_dir: Path, which: str = "final") -> FinalModel:
     resolved = _read_json(cfg_file)
     policy, rc = _section(cfg_file, resolved, "policy"), _section(cfg_file, resolved, "run_config")
     spec = _spec(cfg_file, policy)
-    expected = _shapes(cfg_file, spec)
+    make_model = _model_factory(cfg_file, rc)
+    expected = _shapes(cfg_file, spec, make_model)
     names = policy.get("weight_names")
     if names != list(expected):
         raise RunFileError(cfg_file, "policy.weight_names", f"must be {list(expected)} for the network the policy "
@@ -91,7 +95,7 @@ def read_final_model(run_dir: Path, which: str = "final") -> FinalModel:
             raise RunFileError(model_file, MOMENTS, f"count must be > 0 (algo.norm-obs = {norm}), got {moments.count}")
         if np.any(moments.m2 < 0):
             raise RunFileError(model_file, MOMENTS, "second moments must be >= 0")
-    return FinalModel(spec, weights, moments, env_id, env_kwargs)
+    return FinalModel(spec, weights, moments, env_id, env_kwargs, make_model)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -133,14 +137,28 @@ def _spec(path: Path, p: dict[str, Any]) -> PolicySpec:
     return PolicySpec(obs_dim, kind, action_dim, tuple(hidden))  # type: ignore[arg-type]  # kind checked above
 
 
-def _shapes(path: Path, spec: PolicySpec) -> dict[str, tuple[int, ...]]:
+def _model_factory(path: Path, rc: dict[str, Any]) -> Callable[[PolicySpec], nn.Module]:
+    """The network of the run's algorithm (``algo.name`` and its settings, e.g. DQN's dueling head)."""
+    from fedrl.algorithms.registry import get as algorithm
+    from fedrl.config import from_run_config
+
+    try:
+        cfg = from_run_config({k: v for k, v in rc.items() if k not in ("resume",)})
+        return algorithm(cfg.algo.name).model_for(cfg)
+    except ConfigError as err:
+        raise RunFileError(path, f"run_config.{err.key}", err.reason) from None
+    except KeyError as err:
+        raise RunFileError(path, "run_config.algo.name", str(err.args[0])) from None
+
+
+def _shapes(path: Path, spec: PolicySpec, make_model: Callable[[PolicySpec], nn.Module]) -> dict[str, tuple[int, ...]]:
     """Name -> shape of the network ``spec`` describes, without allocating it (torch's meta device)."""
     try:
-        check_policy_size(spec)
+        check_policy_size(spec, make_model)
     except ConfigError as err:
         raise RunFileError(path, "policy", err.reason) from None
     with torch.device("meta"):
-        return {k: tuple(v.shape) for k, v in ActorCritic(spec).state_dict().items()}
+        return {k: tuple(v.shape) for k, v in make_model(spec).state_dict().items()}
 
 
 def _array(path: Path, arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:

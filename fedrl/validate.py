@@ -77,7 +77,7 @@ def check(run_config: Mapping[str, Any]) -> Config:
         from fedrl.experiment import policy_spec, variants_of
 
         spec = policy_spec(cfg, variants_of(cfg)[0])
-        model = algorithm(cfg.algo.name).make_model(spec)  # the run's model: its size is what DP plans for
+        model = algorithm(cfg.algo.name).model_for(cfg)(spec)  # the run's model: its size is what DP plans for
         plan_for(cfg, spec.action_kind == "continuous", sum(t.numel() for t in model.parameters()))
         sample_plan(cfg, model)
     return cfg

@@ -14,6 +14,7 @@ wire order of the weights (every tensor in it is federated), with ``greedy(obs) 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -94,6 +95,11 @@ class Algorithm(ABC):
             finally:
                 envs.close()
         return out
+
+    def model_for(self, cfg: Config) -> Callable[[PolicySpec], nn.Module]:
+        """The model factory of a run with settings ``cfg``: ``make_model``, unless the network
+        depends on the algorithm's settings (DQN's dueling head)."""
+        return self.make_model
 
     def check(self, cfg: Config) -> None:
         """Refuse, with a ``ConfigError`` naming the key, settings this algorithm cannot run

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fedrl.algorithms.base import Algorithm
 
-_REGISTRY: dict[str, Any] = {"ppo": "fedrl.algorithms.ppo:PPO"}
+_REGISTRY: dict[str, Any] = {"ppo": "fedrl.algorithms.ppo:PPO", "dqn": "fedrl.algorithms.dqn:DQN"}
 
 
 def register(name: str, algorithm: Algorithm | str) -> None:
@@ -33,8 +33,8 @@ def register(name: str, algorithm: Algorithm | str) -> None:
 
 def unregister(name: str) -> None:
     """Forget ``name`` (tests that registered one of their own clean up with this)."""
-    if name == "ppo":
-        raise ValueError("the built-in ppo cannot be unregistered")
+    if name in ("ppo", "dqn"):
+        raise ValueError(f"the built-in {name} cannot be unregistered")
     _REGISTRY.pop(name, None)
 
 

@@ -47,7 +47,7 @@ def node_setup(cfg: Config) -> NodeSetup:
     algorithm = algorithm_named(cfg.algo.name)
     variants = variants_of(cfg)
     spec = policy_spec(cfg, variants[0])
-    model = algorithm.make_model(spec)
+    model = algorithm.model_for(cfg)(spec)
     template = get_weights(model)
     return NodeSetup(cfg, algorithm, variants, spec, template, stage(cfg.compression, "up"), stage(cfg.compression, "down"),
                      dict(parse_kwargs(cfg.env.kwargs)),

@@ -40,7 +40,7 @@ def evaluate(
     derive from it, so a variant is evaluated on the same episodes whatever list it is in.
     Variants run together in one vector env where their spaces agree; a parameter that
     changes a space (Pendulum's ``max_torque`` bounds) puts each variant in its own.
-    ``make_model`` is the algorithm's (``Algorithm.make_model``): its ``greedy`` acts.
+    ``make_model`` is the algorithm's (``Algorithm.model_for``): its ``greedy`` acts.
     """
     model = make_model(spec)
     set_weights(model, weights)

@@ -18,6 +18,7 @@ import torch
 
 from fedrl.config import Config, PPOConfig, norm_on
 from fedrl.envs.snapshot import restore, snapshot
+from fedrl.rl.adam_state import adam_from_arrays, adam_to_arrays
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, set_weights
 from fedrl.rl.normalize import Moments
 from fedrl.rl.ppo import PPOHyper, Proximal, ppo_update
@@ -25,8 +26,8 @@ from fedrl.rl.rollout import Cursor, Normalizers, collect
 from fedrl.seeding import ENV_RESET, TRAIN, derive, torch_generator
 from fedrl.wire import LocalPlan, LocalResult, NodeState
 
-__all__ = ["LocalPlan", "LocalResult", "NodeState", "batch_steps", "hyper", "iterations_per_round", "round_lr",
-           "train_locally", "uses_norm"]
+__all__ = ["LocalPlan", "LocalResult", "NodeState", "batch_steps", "env_arrays", "hyper", "iterations_per_round",
+           "round_lr", "start_envs", "train_locally", "uses_norm"]
 
 if TYPE_CHECKING:
     from fedrl.privacy.dpsgd import SampleDP
@@ -65,30 +66,8 @@ def uses_norm(setting: str, spec: PolicySpec) -> bool:
     return norm_on(setting, spec.action_kind == "continuous")
 
 
-def _adam_to_arrays(opt: torch.optim.Adam) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for i, p in enumerate(opt.param_groups[0]["params"]):
-        st = opt.state.get(p)
-        if st:
-            out[f"adam.{i}.m"] = st["exp_avg"].numpy().copy()
-            out[f"adam.{i}.v"] = st["exp_avg_sq"].numpy().copy()
-            out[f"adam.{i}.step"] = np.asarray([float(st["step"])])
-    return out
-
-
-def _adam_from_arrays(opt: torch.optim.Adam, arrays: dict[str, np.ndarray]) -> None:
-    for i, p in enumerate(opt.param_groups[0]["params"]):
-        m, v = arrays.get(f"adam.{i}.m"), arrays.get(f"adam.{i}.v")
-        if m is None or v is None or m.shape != tuple(p.shape):
-            continue  # no saved moments (first round) or a different model: start fresh
-        opt.state[p] = {
-            "step": torch.tensor(float(arrays[f"adam.{i}.step"][0])),
-            "exp_avg": torch.as_tensor(m).clone(),
-            "exp_avg_sq": torch.as_tensor(v).clone(),
-        }
-
-
-def _start(envs: gym.vector.VectorEnv, plan: LocalPlan, state: NodeState) -> Cursor:
+def start_envs(envs: gym.vector.VectorEnv, plan: LocalPlan, state: NodeState) -> Cursor:
+    """Reset the node's envs for this round, then put back the episodes it left unfinished."""
     obs, _ = envs.reset(seed=derive(plan.seed, ENV_RESET, plan.node, plan.round))
     a = state.arrays
     if "env.states" in a:
@@ -96,6 +75,16 @@ def _start(envs: gym.vector.VectorEnv, plan: LocalPlan, state: NodeState) -> Cur
         if restored is not None:
             return Cursor(restored, a["ep.return"].copy(), a["ep.length"].astype(np.int64), a["ret.acc"].copy())
     return Cursor.fresh(obs)
+
+
+def env_arrays(envs: gym.vector.VectorEnv, cursor: Cursor) -> dict[str, np.ndarray]:
+    """Where the node's envs stand, as ``NodeState`` arrays (``start_envs`` continues from them):
+    unfinished episodes go on next round. Empty for an env that cannot be snapshotted."""
+    snap = snapshot(envs)
+    if snap is None:
+        return {}
+    return {"env.states": snap[0], "env.elapsed": snap[1], "ep.return": cursor.ep_return,
+            "ep.length": cursor.ep_length, "ret.acc": cursor.ret_acc}
 
 
 def train_locally(
@@ -120,7 +109,7 @@ def train_locally(
     set_weights(model, weights)
     algo, ppo = cfg.algo, cfg.ppo
     optimizer = torch.optim.Adam(model.parameters(), lr=ppo.lr, eps=1e-5)
-    _adam_from_arrays(optimizer, state.arrays)
+    adam_from_arrays(optimizer, state.arrays)
     gen = torch_generator(plan.seed, TRAIN, plan.node, plan.round)
     hp = hyper(ppo)
     prox = None
@@ -135,7 +124,7 @@ def train_locally(
         ret=ret_m if ret_on else None,
         obs_local=Moments.empty(spec.obs_dim) if obs_on else None,
     )
-    cursor = _start(envs, plan, state)
+    cursor = start_envs(envs, plan, state)
     accountant = None
     if dp is not None:
         from fedrl.privacy.dpsgd import dp_ppo_update, load_accountant
@@ -158,7 +147,7 @@ def train_locally(
         else:
             stats = ppo_update(model, optimizer, res.rollout, hp, gen, prox)
 
-    arrays = _adam_to_arrays(optimizer)
+    arrays = adam_to_arrays(optimizer)
     dp_metrics: dict[str, float] = {}
     if accountant is not None and dp is not None:
         from fedrl.privacy.dpsgd import save_accountant
@@ -167,12 +156,7 @@ def train_locally(
         dp_metrics["dpsgd_epsilon"] = float(accountant.get_epsilon(delta=dp.delta))
     if norms.ret is not None:
         arrays["ret.moments"] = norms.ret.to_array()
-    snap = snapshot(envs)
-    if snap is not None:
-        arrays.update({
-            "env.states": snap[0], "env.elapsed": snap[1], "ep.return": cursor.ep_return,
-            "ep.length": cursor.ep_length, "ret.acc": cursor.ret_acc,
-        })
+    arrays.update(env_arrays(envs, cursor))
     steps = iters * batch_steps(cfg)
     metrics = {
         "train_return": float(np.mean(returns)) if returns else float("nan"),

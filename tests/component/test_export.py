@@ -11,24 +11,29 @@ import numpy as np
 import pytest
 import torch
 
+from fedrl.algorithms.registry import get as algorithm
 from fedrl.centralized import run_centralized
 from fedrl.cli import main
 from fedrl.config import from_run_config
 from fedrl.export import load_policy
-from fedrl.rl.networks import ActorCritic, PolicySpec, set_weights
+from fedrl.rl.networks import PolicySpec, set_weights
 from fedrl.rl.normalize import Moments, normalize
 
 RUNS = {
     "cartpole": {"nodes.count": 2, "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},
     "pendulum": {"env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)", "nodes.count": 2,
                  "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},  # normalized observations
+    "dqn": {"algo.name": "dqn", "dqn.dueling": True, "dqn.learning-starts": 64, "nodes.count": 2,
+            "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},  # argmax of a dueling Q network
 }
 
 
 def _framework_actions(run: Path, obs: np.ndarray) -> np.ndarray:
-    resolved = json.loads((run / "config.json").read_text())["policy"]
+    written = json.loads((run / "config.json").read_text())
+    resolved = written["policy"]
     spec = PolicySpec(resolved["obs_dim"], resolved["action_kind"], resolved["action_dim"], tuple(resolved["hidden"]))
-    model = ActorCritic(spec)
+    cfg = from_run_config({k: v for k, v in written["run_config"].items() if k != "resume"})
+    model = algorithm(cfg.algo.name).model_for(cfg)(spec)
     with np.load(run / "best_model.npz") as z:  # what fedrl export exports by default (--which best)
         set_weights(model, [z[f"policy/{n}"] for n in resolved["weight_names"]])
         m = Moments.from_array(z["obs_moments"]) if "obs_moments" in z.files else None
@@ -37,19 +42,19 @@ def _framework_actions(run: Path, obs: np.ndarray) -> np.ndarray:
         return model.greedy(torch.as_tensor(x)).numpy()
 
 
-@pytest.mark.parametrize("env", ["cartpole", "pendulum"])
+@pytest.mark.parametrize("env", ["cartpole", "pendulum", "dqn"])
 def test_the_exported_policy_chooses_the_frameworks_actions_on_1000_observations(env: str, tmp_path: Path) -> None:
     run_centralized(from_run_config({**RUNS[env], "output-dir": str(tmp_path), "run-name": "r"}))
     run = tmp_path / "r"
     assert main(["export", str(run)]) == 0
     policy = torch.jit.load(str(run / "export" / "policy.pt"))
     info = json.loads((run / "export" / "policy.json").read_text())
-    assert info["normalized_observations"] is True  # algo.norm-obs = auto is on for both (issue 13)
+    assert info["normalized_observations"] is True  # algo.norm-obs = auto is on for all three (issue 13)
     obs = np.random.default_rng(0).normal(0, 2, (1000, info["obs_dim"])).astype(np.float32)
     with torch.no_grad():
         exported = policy(torch.as_tensor(obs)).numpy()
     ours = _framework_actions(run, obs)
-    if env == "cartpole":
+    if env != "pendulum":
         np.testing.assert_array_equal(exported, ours)
         assert 0 < ours.mean() < 1  # both actions occur: the comparison is not vacuous
     else:

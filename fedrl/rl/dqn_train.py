@@ -1,0 +1,143 @@
+"""DQN's local training for one round: ε-greedy collection into the node's replay buffer and
+Double DQN updates from it (``fedrl.rl.dqn``; the buffer is ``fedrl.rl.replay``).
+
+A round starts from the Q network the node received; its target network is re-derived from
+that network (a copy), then follows the online one (a copy every ``dqn.target-update``
+gradient steps, or Polyak averaging with ``dqn.tau < 1``). The replay buffer, Adam's moments and
+the unfinished episodes come from the node's ``NodeState`` and go back into it: they never leave
+the node. ε and the importance-weight exponent follow the run's progress, ``(round - 1 +
+fraction of this round) / rounds``, so every node explores alike whatever rounds it was chosen in.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fedrl.config import Config
+from fedrl.rl.adam_state import adam_from_arrays, adam_to_arrays
+from fedrl.rl.dqn import QNetwork, beta_at, double_dqn_target, dqn_loss, epsilon_at, greedy_or_random, soft_update
+from fedrl.rl.networks import PolicySpec, get_weights, set_weights
+from fedrl.rl.normalize import Moments, normalize
+from fedrl.rl.nstep import NStep
+from fedrl.rl.replay import Replay
+from fedrl.rl.train import env_arrays, start_envs, uses_norm
+from fedrl.seeding import TRAIN, numpy_rng
+from fedrl.wire import LocalPlan, LocalResult, NodeState
+
+
+class _Learner:
+    """The online and target networks, their optimizer and the replay buffer of one round."""
+
+    def __init__(self, model: QNetwork, cfg: Config, plan: LocalPlan, state: NodeState, spec: PolicySpec) -> None:
+        d = cfg.dqn
+        self.d, self.model = d, model
+        self.target = copy.deepcopy(model).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=d.lr)
+        adam_from_arrays(self.optimizer, state.arrays)
+        self.replay = Replay.from_state(state.arrays, d.buffer_size, spec.obs_dim, 1, d.per_alpha)
+        self.anchor = [p.detach().clone() for p in model.parameters()] if plan.prox_mu > 0 else None
+        self.mu = plan.prox_mu
+        self.steps = 0
+        self.losses: list[float] = []
+
+    def update(self, batch: int, beta: float, rng: np.random.Generator, norm: Moments | None) -> None:
+        """One gradient step on a replayed batch; new priorities for the batch."""
+        idx, t, w = self.replay.sample(batch, beta, rng)
+        obs = normalize(t.obs, norm) if norm is not None else t.obs
+        nxt = normalize(t.next_obs, norm) if norm is not None else t.next_obs
+        obs_t, next_t = torch.as_tensor(obs), torch.as_tensor(nxt)
+        with torch.no_grad():
+            y = double_dqn_target(self.model(next_t), self.target(next_t), torch.as_tensor(t.reward),
+                                  torch.as_tensor(t.discount))
+        loss, td = dqn_loss(self.model(obs_t), torch.as_tensor(t.action[:, 0]), y, torch.as_tensor(w))
+        if self.anchor is not None:  # FedProx: stay near the weights received this round
+            loss = loss + 0.5 * self.mu * sum(((p - a) ** 2).sum() for p, a in
+                                              zip(self.model.parameters(), self.anchor, strict=True))
+        self.optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.d.max_grad_norm)
+        self.optimizer.step()
+        self.replay.update_priorities(idx, td.numpy())
+        self.steps += 1
+        self.losses.append(float(loss.detach()))
+        if self.d.tau < 1.0:
+            soft_update(self.target, self.model, self.d.tau)
+        elif self.steps % self.d.target_update == 0:
+            self.target.load_state_dict(self.model.state_dict())
+
+
+def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.VectorEnv, cfg: Config,
+              plan: LocalPlan, state: NodeState, random_actions: bool = False) -> LocalResult:
+    """Collect ``algo.local-steps`` env steps with ε-greedy actions and train on replay (see the
+    module doc). ``random_actions``: act uniformly at random (the random-action attacker)."""
+    t0 = time.perf_counter()
+    d, n_env = cfg.dqn, cfg.algo.num_envs
+    model = QNetwork(spec, d.dueling)
+    set_weights(model, weights)
+    learner = _Learner(model, cfg, plan, state, spec)
+    rng = numpy_rng(plan.seed, TRAIN, plan.node, plan.round)
+    obs_on = uses_norm(cfg.algo.norm_obs, spec)
+    norm = (plan.obs_moments or Moments.empty(spec.obs_dim)) if obs_on else None
+    local = Moments.empty(spec.obs_dim) if obs_on else None
+    cursor = start_envs(envs, plan, state)
+    raw, ep_ret, ep_len = cursor.obs, cursor.ep_return.copy(), cursor.ep_length.copy()
+    nstep = NStep(n_env, d.n_step, d.gamma)
+    iters = cfg.algo.local_steps // n_env
+    returns: list[float] = []
+    since = 0
+    eps = d.eps_start
+    for i in range(iters):
+        progress = ((plan.round - 1) + i / iters) / max(1, plan.total_rounds)
+        eps = 1.0 if random_actions else epsilon_at(progress, d.eps_start, d.eps_end, d.eps_fraction)
+        with torch.no_grad():
+            q = model(torch.as_tensor(normalize(raw, norm) if norm is not None else raw.astype(np.float32)))
+        action = greedy_or_random(q, eps, rng)
+        nxt, reward, term, trunc, infos = envs.step(action)
+        done = np.logical_or(term, trunc)
+        final = nxt.copy()
+        for e in np.flatnonzero(done):
+            final[e] = infos["final_obs"][e]
+            returns.append(float(ep_ret[e] + reward[e]))
+        nstep.step(raw, action, np.asarray(reward, np.float64), term, trunc, final)
+        ep_ret = np.where(done, 0.0, ep_ret + reward)
+        ep_len = np.where(done, 0, ep_len + 1)
+        if norm is not None and local is not None:
+            batch = Moments.of(nxt)
+            norm, local = norm.merge(batch), local.merge(batch)
+        raw = nxt
+        added = nstep.take()
+        if added is not None:
+            learner.replay.add(added)
+        since += n_env
+        if since >= d.train_freq:
+            since = 0
+            if len(learner.replay) >= max(d.learning_starts, 1):
+                beta = beta_at(progress, d.per_beta)
+                for _ in range(d.gradient_steps):
+                    learner.update(d.batch_size, beta, rng, norm)
+    nstep.flush(raw)
+    tail = nstep.take()
+    if tail is not None:
+        learner.replay.add(tail)
+
+    arrays = adam_to_arrays(learner.optimizer)
+    arrays.update(learner.replay.to_state())
+    cursor = type(cursor)(raw, ep_ret, ep_len, cursor.ret_acc)
+    arrays.update(env_arrays(envs, cursor))
+    metrics = {
+        "train_return": float(np.mean(returns)) if returns else float("nan"),
+        "train_episodes": float(len(returns)),
+        "train_seconds": time.perf_counter() - t0,
+        "lr": d.lr,
+        "epsilon": float(eps),
+        "gradient_steps": float(learner.steps),
+        "loss": float(np.mean(learner.losses)) if learner.losses else float("nan"),
+        "replay_size": float(len(learner.replay)),
+        "optimizer_steps": float(arrays.get("adam.0.step", np.zeros(1))[0]),
+    }
+    return LocalResult(get_weights(model), iters * n_env, local, NodeState(arrays), metrics)

@@ -1,0 +1,79 @@
+"""DQN on the algorithm interface (issue 17): a node's round through the real ClientApp handler
+keeps its replay buffer in its state (and on disk with ``state-dir``, across a SuperNode
+restart) and sends only its Q network; the server averages Q networks as any weights; settings
+DQN cannot run are refused by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flwr.app import Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from fedrl.config import DEFAULTS, from_run_config
+from fedrl.errors import ConfigError
+from fedrl.federation import Federation
+from fedrl.flower import codec
+from fedrl.flower.client import handle_train
+from fedrl.validate import validate
+from fedrl.wire import Reply
+
+
+@pytest.fixture(autouse=True)
+def _task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flower stamps new messages with the running task's identity; here the test is the task."""
+    for attr, value in (("_run_id", 5), ("_node_id", 1), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, attr, value)
+
+
+RUN_CONFIG = {**DEFAULTS, "algo.name": "dqn", "nodes.count": 2, "algo.local-steps": 256, "num-server-rounds": 3,
+              "dqn.learning-starts": 64, "dqn.buffer-size": 600, "algo.hidden": "32,32"}
+
+
+def _round(fed: Federation, rnd: int, state_dir: Path, state: RecordDict) -> tuple[int, float, int]:
+    """Node 0 trains round ``rnd`` on a SuperNode whose memory is ``state``: the transitions in its
+    replay buffer after the round, its optimizer steps so far, and the bytes of its reply."""
+    ctx = Context(run_id=5, node_id=9, node_config={"partition-id": 0, "num-partitions": 2,
+                                                   "state-dir": str(state_dir)}, state=state, run_config=RUN_CONFIG)
+    msg = Message(codec.encode_plan(*fed.plan(0, rnd)), dst_node_id=9, message_type=codec.TRAIN)
+    reply = handle_train(msg, ctx).content
+    replay = codec.load_node_state(state, 0).arrays["replay.reward"]
+    return len(replay), codec.decode_reply(reply).metrics["optimizer_steps"], codec.content_bytes(reply)
+
+
+def test_the_replay_buffer_stays_on_the_node_and_survives_a_restart(tmp_path: Path) -> None:
+    fed = Federation(from_run_config(RUN_CONFIG))
+    weight_bytes = sum(w.nbytes for w in fed.models[0])
+    size, steps1, sent = _round(fed, 1, tmp_path, RecordDict())
+    # 256 env steps: 256 transitions (3-step windows still open at the end of the round bootstrap early)
+    assert size == 256 and steps1 > 0
+    assert sent < weight_bytes + 4096  # the Q network and a few metrics: no transitions on the wire
+    size, steps2, _ = _round(fed, 2, tmp_path, RecordDict())  # a restarted SuperNode: only its state file remains
+    assert size == 512 and steps2 > steps1 * 1.5  # the buffer and Adam's step count carried over
+    size, _, _ = _round(fed, 3, tmp_path, RecordDict())
+    assert size == 600  # bounded by dqn.buffer-size
+
+
+def test_fedavg_of_q_networks_on_constructed_replies() -> None:
+    fed = Federation(from_run_config({**RUN_CONFIG, "dqn.dueling": True, "algo.norm-obs": "off",
+                                      "strategy.server-lr": 1.0, "strategy.server-lr-end": -1}))
+    assert fed.names == ["trunk.0.weight", "trunk.0.bias", "trunk.2.weight", "trunk.2.bias", "head.weight",
+                         "head.bias", "value.weight", "value.bias"]
+    g = [w.copy() for w in fed.models[0]]
+    fed.aggregate([Reply(0, [w + np.float32(1.0) for w in g], 100, None, {}),
+                   Reply(1, [w - np.float32(2.0) for w in g], 300, None, {})])
+    for new, old in zip(fed.models[0], g, strict=True):  # (100 * 1 + 300 * -2) / 400 = -1.25
+        np.testing.assert_allclose(new - old, -1.25, atol=1e-6)
+
+
+def test_settings_dqn_cannot_run_are_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="algo.name.*discrete"):
+        validate(from_run_config({**RUN_CONFIG, "env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)"}))
+    with pytest.raises(ConfigError, match="algo.norm-reward"):
+        validate(from_run_config({**RUN_CONFIG, "algo.norm-reward": "on"}))
+    with pytest.raises(ConfigError, match="dqn.batch-size"):
+        validate(from_run_config({**RUN_CONFIG, "dqn.batch-size": 700}))
+    with pytest.raises(ConfigError, match="algo.local-steps"):
+        validate(from_run_config({**RUN_CONFIG, "algo.local-steps": 250}))
