@@ -28,7 +28,7 @@ from fedrl.config_features import (
     StrategyConfig,
     TopologyConfig,
 )
-from fedrl.config_offpolicy import DQNConfig
+from fedrl.config_offpolicy import DQNConfig, SACConfig
 from fedrl.config_sections import (
     AlgoConfig,
     AttackConfig,
@@ -44,7 +44,7 @@ from fedrl.config_sections import (
 from fedrl.errors import ConfigError
 
 __all__ = ["COMPRESSOR_NAMES", "SERVER_LR_END", "AlgoConfig", "AttackConfig", "CompressionConfig", "Config", "DQNConfig",
-           "EnvConfig", "EvalConfig", "NodesConfig", "PPOConfig", "PrivacyConfig", "RoundConfig", "SecAggConfig",
+           "EnvConfig", "EvalConfig", "NodesConfig", "PPOConfig", "PrivacyConfig", "RoundConfig", "SACConfig", "SecAggConfig",
            "SelectionConfig", "StrategyConfig", "TopologyConfig", "from_run_config", "norm_on", "to_flat"]
 
 
@@ -61,6 +61,7 @@ class Config:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
+    sac: SACConfig = field(default_factory=SACConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     nodes: NodesConfig = field(default_factory=NodesConfig)
@@ -79,7 +80,7 @@ class Config:
         return min(n, max(self.min_train_nodes, math.ceil(self.fraction_train * n)))
 
 
-_SECTIONS = ("env", "algo", "ppo", "dqn", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack", "topology",
+_SECTIONS = ("env", "algo", "ppo", "dqn", "sac", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack", "topology",
              "selection", "round")
 
 
@@ -171,7 +172,20 @@ def from_run_config(run_config: Mapping[str, Any]) -> Config:
     hints = get_type_hints(Config)
     for sec in _SECTIONS:
         top[sec] = hints[sec](**sections[sec])
-    return _resolve_norm_obs(Config(**top))
+    return _resolve_norm_reward(_resolve_norm_obs(Config(**top)))
+
+
+# Learners whose targets bootstrap from replayed, unscaled rewards: reward scaling does not apply.
+REPLAY_LEARNERS = frozenset({"dqn", "sac"})
+
+
+def _resolve_norm_reward(cfg: Config) -> Config:
+    """``algo.norm-reward = auto`` becomes ``off`` for the replay learners (DQN and SAC do not
+    scale rewards; ``on`` is refused by their checks), so no check asks to turn off what they
+    never use."""
+    if cfg.algo.norm_reward != "auto" or cfg.algo.name not in REPLAY_LEARNERS:
+        return cfg
+    return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, norm_reward="off"))
 
 
 def _resolve_norm_obs(cfg: Config) -> Config:

@@ -1,4 +1,4 @@
-"""The off-policy learners' sections of the run configuration: ``dqn.*`` (``algo.name = dqn``).
+"""The off-policy learners' sections of the run configuration: ``dqn.*`` and ``sac.*``.
 
 Defaults follow RL Baselines3 Zoo's tuned DQN for CartPole-v1 where they carry over to a node
 that trains ``algo.local-steps`` per round (a bounded buffer, a short warm-up, several gradient
@@ -41,3 +41,22 @@ class DQNConfig:
     eps_fraction: float = opt("dqn.eps-fraction", 0.2, "fraction of the run over which epsilon decays",
                               ck.unit_closed)
     max_grad_norm: float = opt("dqn.max-grad-norm", 10.0, "gradient-norm clip", ck.positive)
+
+
+@dataclass(frozen=True)
+class SACConfig:
+    """SAC's own settings (``sac.*``)."""
+
+    lr: float = opt("sac.lr", 1e-3, "Adam learning rate of the actor, the critics and the temperature", ck.positive)
+    gamma: float = opt("sac.gamma", 0.99, "discount", ck.unit_closed)
+    tau: float = opt("sac.tau", 0.005, "Polyak rate of the target critics, after every gradient step",
+                     ck.unit_open_closed)
+    buffer_size: int = opt("sac.buffer-size", 50_000, "replay capacity per node, in transitions", ck.positive)
+    batch_size: int = opt("sac.batch-size", 256, "transitions per gradient step", ck.positive)
+    learning_starts: int = opt("sac.learning-starts", 1_000,
+                               "env steps a node takes with uniform random actions before it trains", ck.non_negative)
+    train_freq: int = opt("sac.train-freq", 8, "env steps (all of a node's envs) between training phases",
+                          ck.positive)
+    gradient_steps: int = opt("sac.gradient-steps", 8, "gradient steps per training phase", ck.positive)
+    alpha: float = opt("sac.alpha", 1.0, "entropy temperature: the start with sac.autotune, else fixed", ck.positive)
+    autotune: bool = opt("sac.autotune", True, "tune the temperature towards an entropy of -action_dim")

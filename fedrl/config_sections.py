@@ -42,7 +42,7 @@ class AlgoConfig:
         "running observation normalization with federated statistics (auto: on, except with secagg, privacy, "
         "hierarchical or gossip, which cannot carry the statistics yet: there on for continuous actions only)")
     norm_reward: Literal["auto", "on", "off"] = opt(
-        "algo.norm-reward", "auto", "reward scaling by return std (auto: on for continuous actions)")
+        "algo.norm-reward", "auto", "reward scaling by return std (auto: on for continuous actions; off for dqn and sac)")
 
     @property
     def hidden_sizes(self) -> tuple[int, ...]:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fedrl.algorithms.base import Algorithm, TrainJob
+from fedrl.algorithms.offpolicy import check_common, pooled_replay, refuse_dpsgd
 from fedrl.config import Config
 from fedrl.errors import ConfigError
 from fedrl.wire import LocalResult
@@ -21,6 +22,7 @@ from fedrl.wire import LocalResult
 if TYPE_CHECKING:
     from torch import nn
 
+    from fedrl.privacy.dpsgd import SampleDP
     from fedrl.rl.networks import PolicySpec
 
 
@@ -49,28 +51,15 @@ class DQN(Algorithm):
         return train_dqn(job.spec, job.weights, job.envs, cfg, job.plan, job.state, job.random_actions)
 
     def check(self, cfg: Config) -> None:
-        a, d = cfg.algo, cfg.dqn
-        if a.local_steps % a.num_envs != 0:
-            raise ConfigError("algo.local-steps", f"got {a.local_steps}; must be a multiple of algo.num-envs "
-                                                  f"({a.num_envs}): DQN steps all of a node's envs together")
-        if a.norm_reward == "on":
-            raise ConfigError("algo.norm-reward", "DQN learns from unscaled rewards (Huber loss, n-step targets); "
-                                                  "set it to auto or off")
-        if d.batch_size > d.buffer_size:
-            raise ConfigError("dqn.batch-size", f"got {d.batch_size}; at most dqn.buffer-size ({d.buffer_size})")
+        d = cfg.dqn
+        check_common(cfg, d.batch_size, d.buffer_size, d.train_freq, "dqn")
         if d.eps_end > d.eps_start:
             raise ConfigError("dqn.eps-end", f"got {d.eps_end}; at most dqn.eps-start ({d.eps_start})")
-        if d.train_freq < a.num_envs:
-            raise ConfigError("dqn.train-freq", f"got {d.train_freq}; at least algo.num-envs ({a.num_envs}), "
-                                                "the env steps of one vector step")
+
+    def sample_dp(self, cfg: Config, model: nn.Module) -> SampleDP | None:
+        return refuse_dpsgd(cfg)
 
     def pooled(self, cfg: Config, nodes: int) -> Config:
-        """One learner over ``nodes`` nodes' envs: their envs and steps, their replay capacity, and
-        their gradient steps together (the same gradient steps per env step as each node's)."""
         import dataclasses
 
-        base = super().pooled(cfg, nodes)
-        d = cfg.dqn
-        return dataclasses.replace(base, dqn=dataclasses.replace(
-            d, buffer_size=d.buffer_size * nodes, train_freq=d.train_freq * nodes,
-            gradient_steps=d.gradient_steps * nodes, learning_starts=d.learning_starts * nodes))
+        return dataclasses.replace(super().pooled(cfg, nodes), dqn=pooled_replay(cfg.dqn, nodes))

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fedrl.algorithms.base import Algorithm
 
-_REGISTRY: dict[str, Any] = {"ppo": "fedrl.algorithms.ppo:PPO", "dqn": "fedrl.algorithms.dqn:DQN"}
+_REGISTRY: dict[str, Any] = {"ppo": "fedrl.algorithms.ppo:PPO", "dqn": "fedrl.algorithms.dqn:DQN",
+                             "sac": "fedrl.algorithms.sac:SAC"}
 
 
 def register(name: str, algorithm: Algorithm | str) -> None:
@@ -33,7 +34,7 @@ def register(name: str, algorithm: Algorithm | str) -> None:
 
 def unregister(name: str) -> None:
     """Forget ``name`` (tests that registered one of their own clean up with this)."""
-    if name in ("ppo", "dqn"):
+    if name in ("ppo", "dqn", "sac"):
         raise ValueError(f"the built-in {name} cannot be unregistered")
     _REGISTRY.pop(name, None)
 

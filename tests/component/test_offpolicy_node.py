@@ -17,7 +17,7 @@ from fedrl.errors import ConfigError
 from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.client import handle_train
-from fedrl.validate import validate
+from fedrl.validate import check, validate
 from fedrl.wire import Reply
 
 
@@ -77,3 +77,31 @@ def test_settings_dqn_cannot_run_are_refused_by_name() -> None:
         validate(from_run_config({**RUN_CONFIG, "dqn.batch-size": 700}))
     with pytest.raises(ConfigError, match="algo.local-steps"):
         validate(from_run_config({**RUN_CONFIG, "algo.local-steps": 250}))
+
+
+def test_sac_refuses_discrete_actions_and_both_refuse_dpsgd_with_the_reason() -> None:
+    sac = {**DEFAULTS, "algo.name": "sac", "env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)", "nodes.count": 2,
+           "algo.local-steps": 256}
+    validate(from_run_config(sac))
+    with pytest.raises(ConfigError, match="algo.name.*continuous"):
+        validate(from_run_config({**sac, "env.id": "CartPole-v1", "env.vary": "length=linspace(0.4, 1.2)"}))
+    for rc in (sac, RUN_CONFIG):  # fedrl check: the whole pre-flight a run goes through
+        with pytest.raises(ConfigError, match="privacy.dpsgd.*replays transitions"):
+            check({**rc, "privacy.dpsgd": True, "algo.norm-obs": "off"})
+
+
+def test_a_sac_node_round_keeps_its_temperature_and_buffer_and_sends_actor_and_critics(tmp_path: Path) -> None:
+    rc = {**DEFAULTS, "algo.name": "sac", "env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)", "nodes.count": 2,
+          "algo.local-steps": 256, "sac.learning-starts": 64, "sac.batch-size": 32, "algo.hidden": "16"}
+    fed = Federation(from_run_config(rc))
+    assert [n.split(".")[0] for n in fed.names] == ["actor"] * 4 + ["q1"] * 4 + ["q2"] * 4
+    state = RecordDict()
+    ctx = Context(run_id=5, node_id=9, node_config={"partition-id": 0, "num-partitions": 2}, state=state,
+                  run_config=rc)
+    msg = Message(codec.encode_plan(*fed.plan(0, 1)), dst_node_id=9, message_type=codec.TRAIN)
+    reply = codec.decode_reply(handle_train(msg, ctx).content)
+    kept = codec.load_node_state(state, 0).arrays
+    assert len(kept["replay.reward"]) == 256 and kept["sac.env_steps"][0] == 256
+    assert kept["sac.log_alpha"][0] < 0  # tuned down from log(1) in 24 gradient steps
+    assert [w.shape for w in reply.weights] == [w.shape for w in fed.models[0]]
+    assert any(not np.array_equal(a, b) for a, b in zip(reply.weights, fed.models[0], strict=True))

@@ -1,0 +1,168 @@
+"""SAC's local training for one round (``fedrl.rl.sac``): collection into the node's replay
+buffer, then critic, actor and temperature steps from it.
+
+A round starts from the actor and critics the node received; the target critics are re-derived
+from them (a copy) and follow by Polyak averaging. The node acts within its own env's action
+bounds. Until it has taken ``sac.learning-starts`` env steps in the whole run it acts uniformly at
+random and does not train (SAC's warm-up). What stays on the node, in its ``NodeState``: the
+replay buffer, the three optimizers' moments, the temperature, its step count and its
+unfinished episodes.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fedrl.config import Config
+from fedrl.rl.adam_state import adam_from_arrays, adam_to_arrays
+from fedrl.rl.dqn import soft_update
+from fedrl.rl.networks import PolicySpec, get_weights, set_weights, spec_for
+from fedrl.rl.normalize import Moments, normalize
+from fedrl.rl.nstep import NStep
+from fedrl.rl.replay import Replay
+from fedrl.rl.sac import SACModel, actor_loss, alpha_loss, critic_loss, critic_target
+from fedrl.rl.train import env_arrays, start_envs, uses_norm
+from fedrl.seeding import TRAIN, numpy_rng, torch_generator
+from fedrl.wire import LocalPlan, LocalResult, NodeState
+
+
+class _Learner:
+    def __init__(self, model: SACModel, cfg: Config, state: NodeState, obs_dim: int, action_dim: int) -> None:
+        s = cfg.sac
+        self.s, self.model = s, model
+        self.target = copy.deepcopy(model).requires_grad_(False)
+        self.actor_opt = torch.optim.Adam(model.actor.parameters(), lr=s.lr)
+        self.critic_opt = torch.optim.Adam(model.critics(), lr=s.lr)
+        a = state.arrays
+        self.log_alpha = torch.tensor(float(a["sac.log_alpha"][0]) if "sac.log_alpha" in a else math.log(s.alpha),
+                                      requires_grad=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=s.lr)
+        for opt, prefix in self._optimizers():
+            adam_from_arrays(opt, a, prefix)
+        self.replay = Replay.from_state(a, s.buffer_size, obs_dim, action_dim)
+        self.target_entropy = -float(action_dim)
+        self.steps = 0
+        self.log: dict[str, list[float]] = {"critic_loss": [], "actor_loss": [], "alpha": []}
+
+    def _optimizers(self) -> list[tuple[torch.optim.Adam, str]]:
+        return [(self.actor_opt, "adam.actor"), (self.critic_opt, "adam.critic"), (self.alpha_opt, "adam.alpha")]
+
+    @property
+    def alpha(self) -> float:
+        return float(self.log_alpha.detach().exp())
+
+    def update(self, rng: np.random.Generator, gen: torch.Generator, norm: Moments | None) -> None:
+        _, t, _ = self.replay.sample(self.s.batch_size, 1.0, rng)
+        obs = torch.as_tensor(normalize(t.obs, norm) if norm is not None else t.obs)
+        nxt = torch.as_tensor(normalize(t.next_obs, norm) if norm is not None else t.next_obs)
+        act = torch.as_tensor(t.action)
+        k = act.shape[-1]
+        alpha = self.alpha
+        with torch.no_grad():
+            a2, lp2 = self.model.sample(nxt, torch.randn((len(t), k), generator=gen))
+            y = critic_target(self.target.q(nxt, a2), lp2, torch.as_tensor(t.reward), torch.as_tensor(t.discount),
+                              alpha)
+        c_loss = critic_loss(self.model.q(obs, act), y)
+        self.critic_opt.zero_grad()
+        c_loss.backward()
+        self.critic_opt.step()
+        a_new, lp = self.model.sample(obs, torch.randn((len(t), k), generator=gen))
+        p_loss = actor_loss(self.model.q(obs, a_new), lp, alpha)
+        self.actor_opt.zero_grad()
+        p_loss.backward()  # also leaves gradients on the critics: the next critic step zeroes them first
+        self.actor_opt.step()
+        if self.s.autotune:
+            t_loss = alpha_loss(self.log_alpha, lp, self.target_entropy)
+            self.alpha_opt.zero_grad()
+            t_loss.backward()
+            self.alpha_opt.step()
+        soft_update(self.target, self.model, self.s.tau)
+        self.steps += 1
+        self.log["critic_loss"].append(float(c_loss.detach()))
+        self.log["actor_loss"].append(float(p_loss.detach()))
+        self.log["alpha"].append(self.alpha)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {"sac.log_alpha": np.array([float(self.log_alpha.detach())])}
+        for opt, prefix in self._optimizers():
+            out.update(adam_to_arrays(opt, prefix))
+        out.update(self.replay.to_state())
+        return out
+
+
+def train_sac(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.VectorEnv, cfg: Config,
+              plan: LocalPlan, state: NodeState, random_actions: bool = False) -> LocalResult:
+    """Collect ``algo.local-steps`` env steps and train on replay (see the module doc).
+    ``random_actions``: act uniformly at random (the random-action attacker)."""
+    t0 = time.perf_counter()
+    s, n_env = cfg.sac, cfg.algo.num_envs
+    own = spec_for(envs.single_observation_space, envs.single_action_space, spec.hidden)  # this node's bounds
+    model = SACModel(own)
+    set_weights(model, weights)
+    learner = _Learner(model, cfg, state, spec.obs_dim, spec.action_dim)
+    rng = numpy_rng(plan.seed, TRAIN, plan.node, plan.round)
+    gen = torch_generator(plan.seed, TRAIN, plan.node, plan.round)
+    obs_on = uses_norm(cfg.algo.norm_obs, spec)
+    norm = (plan.obs_moments or Moments.empty(spec.obs_dim)) if obs_on else None
+    local = Moments.empty(spec.obs_dim) if obs_on else None
+    cursor = start_envs(envs, plan, state)
+    raw, ep_ret, ep_len = cursor.obs, cursor.ep_return.copy(), cursor.ep_length.copy()
+    taken = int(state.arrays["sac.env_steps"][0]) if "sac.env_steps" in state.arrays else 0
+    low, high = np.asarray(own.action_low, np.float32), np.asarray(own.action_high, np.float32)
+    nstep = NStep(n_env, 1, s.gamma)
+    returns: list[float] = []
+    since = 0
+    for _ in range(cfg.algo.local_steps // n_env):
+        if random_actions or taken < s.learning_starts:
+            action = rng.uniform(low, high, (n_env, len(low))).astype(np.float32)
+        else:
+            x = torch.as_tensor(normalize(raw, norm) if norm is not None else raw.astype(np.float32))
+            with torch.no_grad():
+                action = model.sample(x, torch.randn((n_env, len(low)), generator=gen))[0].numpy()
+        nxt, reward, term, trunc, infos = envs.step(action)
+        done = np.logical_or(term, trunc)
+        final = nxt.copy()
+        for e in np.flatnonzero(done):
+            final[e] = infos["final_obs"][e]
+            returns.append(float(ep_ret[e] + reward[e]))
+        nstep.step(raw, action, np.asarray(reward, np.float64), term, trunc, final)
+        ep_ret = np.where(done, 0.0, ep_ret + reward)
+        ep_len = np.where(done, 0, ep_len + 1)
+        if norm is not None and local is not None:
+            batch = Moments.of(nxt)
+            norm, local = norm.merge(batch), local.merge(batch)
+        raw = nxt
+        added = nstep.take()
+        if added is not None:
+            learner.replay.add(added)
+        taken += n_env
+        since += n_env
+        if since >= s.train_freq:
+            since = 0
+            if taken >= s.learning_starts and len(learner.replay) >= s.batch_size:
+                for _ in range(s.gradient_steps):
+                    learner.update(rng, gen, norm)
+    nstep.flush(raw)
+    tail = nstep.take()
+    if tail is not None:
+        learner.replay.add(tail)
+
+    arrays = learner.arrays()
+    arrays["sac.env_steps"] = np.array([taken], np.int64)
+    arrays.update(env_arrays(envs, type(cursor)(raw, ep_ret, ep_len, cursor.ret_acc)))
+    metrics = {
+        "train_return": float(np.mean(returns)) if returns else float("nan"),
+        "train_episodes": float(len(returns)),
+        "train_seconds": time.perf_counter() - t0,
+        "lr": s.lr,
+        "gradient_steps": float(learner.steps),
+        **{k: float(np.mean(v)) if v else float("nan") for k, v in learner.log.items()},
+        "optimizer_steps": float(arrays.get("adam.critic.0.step", np.zeros(1))[0]),
+    }
+    return LocalResult(get_weights(model), (cfg.algo.local_steps // n_env) * n_env, local, NodeState(arrays), metrics)
