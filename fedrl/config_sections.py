@@ -39,7 +39,7 @@ class AlgoConfig:
     hidden: str = opt("algo.hidden", "64,64", "hidden layer sizes", ck.hidden)
     norm_obs: Literal["auto", "on", "off"] = opt(
         "algo.norm-obs", "auto",
-        "running observation normalization with federated statistics (auto: on, except with secagg, privacy, "
+        "running observation normalization with federated statistics (auto: on, except for dqn and sac and with secagg, privacy, "
         "hierarchical or gossip, which cannot carry the statistics yet: there on for continuous actions only)")
     norm_reward: Literal["auto", "on", "off"] = opt(
         "algo.norm-reward", "auto", "reward scaling by return std (auto: on for continuous actions; off for dqn and sac)")
