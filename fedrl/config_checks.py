@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import field
 from typing import Any
 
 Check = Callable[[Any], str | None]
+
+
+def opt(key: str, default: Any, help: str, check: Check | None = None) -> Any:
+    """A config field: its run-config key, default, one-line help and range check (metadata)."""
+    return field(default=default, metadata={"key": key, "help": help, "check": check})
 
 
 def positive(v: Any) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedrl import config_checks as ck
-from fedrl.config_sections import opt
+from fedrl.config_checks import opt
 
 
 @dataclass(frozen=True)

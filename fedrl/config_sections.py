@@ -5,17 +5,13 @@ one-line help and a range check (``opt``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 from fedrl import config_checks as ck
 from fedrl.algorithms.registry import check_name
 from fedrl.attacks import check_names
-from fedrl.config_checks import Check
-
-
-def opt(key: str, default: Any, help: str, check: Check | None = None) -> Any:
-    return field(default=default, metadata={"key": key, "help": help, "check": check})
+from fedrl.config_checks import opt
 
 
 @dataclass(frozen=True)
