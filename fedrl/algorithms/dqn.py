@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fedrl.algorithms.base import Algorithm, TrainJob
-from fedrl.algorithms.offpolicy import check_common, pooled_replay, refuse_dpsgd
+from fedrl.algorithms.offpolicy import check_common, for_actions, pooled_replay, refuse_dpsgd
 from fedrl.config import Config
 from fedrl.errors import ConfigError
 from fedrl.wire import LocalResult
@@ -36,14 +36,7 @@ class DQN(Algorithm):
         from fedrl.rl.dqn import QNetwork
 
         dueling = cfg.dqn.dueling
-
-        def make(spec: PolicySpec) -> nn.Module:
-            if spec.action_kind != "discrete":
-                raise ConfigError("algo.name", f"dqn needs discrete actions; {cfg.env.id} has continuous ones "
-                                               "(use ppo)")
-            return QNetwork(spec, dueling)
-
-        return make
+        return for_actions(cfg, "discrete", lambda spec: QNetwork(spec, dueling), "ppo or sac")
 
     def train(self, cfg: Config, job: TrainJob) -> LocalResult:
         from fedrl.rl.dqn_train import train_dqn

@@ -4,13 +4,17 @@ refusal of DP-SGD, and their pooled (``fedrl central``) settings."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from fedrl.config import Config, DQNConfig, SACConfig
 from fedrl.errors import ConfigError
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from fedrl.privacy.dpsgd import SampleDP
+    from fedrl.rl.networks import PolicySpec
 
 
 def check_common(cfg: Config, batch_size: int, buffer_size: int, train_freq: int, section: str) -> None:
@@ -27,6 +31,19 @@ def check_common(cfg: Config, batch_size: int, buffer_size: int, train_freq: int
     if train_freq < a.num_envs:
         raise ConfigError(f"{section}.train-freq", f"got {train_freq}; at least algo.num-envs ({a.num_envs}), the "
                                                    "env steps of one vector step")
+
+
+def for_actions(cfg: Config, kind: str, build: Callable[[PolicySpec], nn.Module],
+                other: str) -> Callable[[PolicySpec], nn.Module]:
+    """``build``, refusing (naming ``algo.name``) an env whose actions are not of ``kind``;
+    ``other`` says which learners take the other kind."""
+    def make(spec: PolicySpec) -> nn.Module:
+        if spec.action_kind != kind:
+            raise ConfigError("algo.name", f"{cfg.algo.name} needs {kind} actions; {cfg.env.id} has "
+                                           f"{spec.action_kind} ones (use {other})")
+        return build(spec)
+
+    return make
 
 
 def refuse_dpsgd(cfg: Config) -> SampleDP | None:

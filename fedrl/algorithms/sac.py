@@ -14,9 +14,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fedrl.algorithms.base import Algorithm, TrainJob
-from fedrl.algorithms.offpolicy import check_common, pooled_replay, refuse_dpsgd
+from fedrl.algorithms.offpolicy import check_common, for_actions, pooled_replay, refuse_dpsgd
 from fedrl.config import Config
-from fedrl.errors import ConfigError
 from fedrl.wire import LocalResult
 
 if TYPE_CHECKING:
@@ -35,13 +34,7 @@ class SAC(Algorithm):
     def model_for(self, cfg: Config) -> Callable[[PolicySpec], nn.Module]:
         from fedrl.rl.sac import SACModel
 
-        def make(spec: PolicySpec) -> nn.Module:
-            if spec.action_kind != "continuous":
-                raise ConfigError("algo.name", f"sac needs continuous actions; {cfg.env.id} has discrete ones "
-                                               "(use dqn or ppo)")
-            return SACModel(spec)
-
-        return make
+        return for_actions(cfg, "continuous", SACModel, "dqn or ppo")
 
     def train(self, cfg: Config, job: TrainJob) -> LocalResult:
         from fedrl.rl.sac_train import train_sac

@@ -20,12 +20,12 @@ import torch
 
 from fedrl.config import Config
 from fedrl.rl.adam_state import adam_from_arrays, adam_to_arrays
+from fedrl.rl.collector import Collector
 from fedrl.rl.dqn import QNetwork, beta_at, double_dqn_target, dqn_loss, epsilon_at, greedy_or_random, soft_update
 from fedrl.rl.networks import PolicySpec, get_weights, set_weights
 from fedrl.rl.normalize import Moments, normalize
-from fedrl.rl.nstep import NStep
 from fedrl.rl.replay import Replay
-from fedrl.rl.train import env_arrays, start_envs, uses_norm
+from fedrl.rl.train import uses_norm
 from fedrl.seeding import TRAIN, numpy_rng
 from fedrl.wire import LocalPlan, LocalResult, NodeState
 
@@ -81,57 +81,30 @@ def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
     set_weights(model, weights)
     learner = _Learner(model, cfg, plan, state, spec)
     rng = numpy_rng(plan.seed, TRAIN, plan.node, plan.round)
-    obs_on = uses_norm(cfg.algo.norm_obs, spec)
-    norm = (plan.obs_moments or Moments.empty(spec.obs_dim)) if obs_on else None
-    local = Moments.empty(spec.obs_dim) if obs_on else None
-    cursor = start_envs(envs, plan, state)
-    raw, ep_ret, ep_len = cursor.obs, cursor.ep_return.copy(), cursor.ep_length.copy()
-    nstep = NStep(n_env, d.n_step, d.gamma)
+    envs_loop = Collector(envs, plan, state, learner.replay, d.n_step, d.gamma, spec.obs_dim,
+                          uses_norm(cfg.algo.norm_obs, spec))
     iters = cfg.algo.local_steps // n_env
-    returns: list[float] = []
     since = 0
     eps = d.eps_start
     for i in range(iters):
         progress = ((plan.round - 1) + i / iters) / max(1, plan.total_rounds)
         eps = 1.0 if random_actions else epsilon_at(progress, d.eps_start, d.eps_end, d.eps_fraction)
         with torch.no_grad():
-            q = model(torch.as_tensor(normalize(raw, norm) if norm is not None else raw.astype(np.float32)))
-        action = greedy_or_random(q, eps, rng)
-        nxt, reward, term, trunc, infos = envs.step(action)
-        done = np.logical_or(term, trunc)
-        final = nxt.copy()
-        for e in np.flatnonzero(done):
-            final[e] = infos["final_obs"][e]
-            returns.append(float(ep_ret[e] + reward[e]))
-        nstep.step(raw, action, np.asarray(reward, np.float64), term, trunc, final)
-        ep_ret = np.where(done, 0.0, ep_ret + reward)
-        ep_len = np.where(done, 0, ep_len + 1)
-        if norm is not None and local is not None:
-            batch = Moments.of(nxt)
-            norm, local = norm.merge(batch), local.merge(batch)
-        raw = nxt
-        added = nstep.take()
-        if added is not None:
-            learner.replay.add(added)
+            q = model(torch.as_tensor(envs_loop.policy_obs()))
+        envs_loop.step(greedy_or_random(q, eps, rng))
         since += n_env
         if since >= d.train_freq:
             since = 0
             if len(learner.replay) >= max(d.learning_starts, 1):
                 beta = beta_at(progress, d.per_beta)
                 for _ in range(d.gradient_steps):
-                    learner.update(d.batch_size, beta, rng, norm)
-    nstep.flush(raw)
-    tail = nstep.take()
-    if tail is not None:
-        learner.replay.add(tail)
-
+                    learner.update(d.batch_size, beta, rng, envs_loop.norm)
     arrays = adam_to_arrays(learner.optimizer)
+    arrays.update(envs_loop.finish())
     arrays.update(learner.replay.to_state())
-    cursor = type(cursor)(raw, ep_ret, ep_len, cursor.ret_acc)
-    arrays.update(env_arrays(envs, cursor))
     metrics = {
-        "train_return": float(np.mean(returns)) if returns else float("nan"),
-        "train_episodes": float(len(returns)),
+        "train_return": envs_loop.train_return(),
+        "train_episodes": float(len(envs_loop.returns)),
         "train_seconds": time.perf_counter() - t0,
         "lr": d.lr,
         "epsilon": float(eps),
@@ -140,4 +113,4 @@ def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
         "replay_size": float(len(learner.replay)),
         "optimizer_steps": float(arrays.get("adam.0.step", np.zeros(1))[0]),
     }
-    return LocalResult(get_weights(model), iters * n_env, local, NodeState(arrays), metrics)
+    return LocalResult(get_weights(model), iters * n_env, envs_loop.local, NodeState(arrays), metrics)

@@ -21,13 +21,13 @@ import torch
 
 from fedrl.config import Config
 from fedrl.rl.adam_state import adam_from_arrays, adam_to_arrays
+from fedrl.rl.collector import Collector
 from fedrl.rl.dqn import soft_update
 from fedrl.rl.networks import PolicySpec, get_weights, set_weights, spec_for
 from fedrl.rl.normalize import Moments, normalize
-from fedrl.rl.nstep import NStep
 from fedrl.rl.replay import Replay
 from fedrl.rl.sac import SACModel, actor_loss, alpha_loss, critic_loss, critic_target
-from fedrl.rl.train import env_arrays, start_envs, uses_norm
+from fedrl.rl.train import uses_norm
 from fedrl.seeding import TRAIN, numpy_rng, torch_generator
 from fedrl.wire import LocalPlan, LocalResult, NodeState
 
@@ -108,61 +108,38 @@ def train_sac(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
     learner = _Learner(model, cfg, state, spec.obs_dim, spec.action_dim)
     rng = numpy_rng(plan.seed, TRAIN, plan.node, plan.round)
     gen = torch_generator(plan.seed, TRAIN, plan.node, plan.round)
-    obs_on = uses_norm(cfg.algo.norm_obs, spec)
-    norm = (plan.obs_moments or Moments.empty(spec.obs_dim)) if obs_on else None
-    local = Moments.empty(spec.obs_dim) if obs_on else None
-    cursor = start_envs(envs, plan, state)
-    raw, ep_ret, ep_len = cursor.obs, cursor.ep_return.copy(), cursor.ep_length.copy()
+    envs_loop = Collector(envs, plan, state, learner.replay, 1, s.gamma, spec.obs_dim,
+                          uses_norm(cfg.algo.norm_obs, spec))
     taken = int(state.arrays["sac.env_steps"][0]) if "sac.env_steps" in state.arrays else 0
     low, high = np.asarray(own.action_low, np.float32), np.asarray(own.action_high, np.float32)
-    nstep = NStep(n_env, 1, s.gamma)
-    returns: list[float] = []
     since = 0
     for _ in range(cfg.algo.local_steps // n_env):
         if random_actions or taken < s.learning_starts:
             action = rng.uniform(low, high, (n_env, len(low))).astype(np.float32)
         else:
-            x = torch.as_tensor(normalize(raw, norm) if norm is not None else raw.astype(np.float32))
             with torch.no_grad():
+                x = torch.as_tensor(envs_loop.policy_obs())
                 action = model.sample(x, torch.randn((n_env, len(low)), generator=gen))[0].numpy()
-        nxt, reward, term, trunc, infos = envs.step(action)
-        done = np.logical_or(term, trunc)
-        final = nxt.copy()
-        for e in np.flatnonzero(done):
-            final[e] = infos["final_obs"][e]
-            returns.append(float(ep_ret[e] + reward[e]))
-        nstep.step(raw, action, np.asarray(reward, np.float64), term, trunc, final)
-        ep_ret = np.where(done, 0.0, ep_ret + reward)
-        ep_len = np.where(done, 0, ep_len + 1)
-        if norm is not None and local is not None:
-            batch = Moments.of(nxt)
-            norm, local = norm.merge(batch), local.merge(batch)
-        raw = nxt
-        added = nstep.take()
-        if added is not None:
-            learner.replay.add(added)
+        envs_loop.step(action)
         taken += n_env
         since += n_env
         if since >= s.train_freq:
             since = 0
             if taken >= s.learning_starts and len(learner.replay) >= s.batch_size:
                 for _ in range(s.gradient_steps):
-                    learner.update(rng, gen, norm)
-    nstep.flush(raw)
-    tail = nstep.take()
-    if tail is not None:
-        learner.replay.add(tail)
-
+                    learner.update(rng, gen, envs_loop.norm)
+    env_state = envs_loop.finish()
     arrays = learner.arrays()
     arrays["sac.env_steps"] = np.array([taken], np.int64)
-    arrays.update(env_arrays(envs, type(cursor)(raw, ep_ret, ep_len, cursor.ret_acc)))
+    arrays.update(env_state)
     metrics = {
-        "train_return": float(np.mean(returns)) if returns else float("nan"),
-        "train_episodes": float(len(returns)),
+        "train_return": envs_loop.train_return(),
+        "train_episodes": float(len(envs_loop.returns)),
         "train_seconds": time.perf_counter() - t0,
         "lr": s.lr,
         "gradient_steps": float(learner.steps),
         **{k: float(np.mean(v)) if v else float("nan") for k, v in learner.log.items()},
         "optimizer_steps": float(arrays.get("adam.critic.0.step", np.zeros(1))[0]),
     }
-    return LocalResult(get_weights(model), (cfg.algo.local_steps // n_env) * n_env, local, NodeState(arrays), metrics)
+    steps = (cfg.algo.local_steps // n_env) * n_env
+    return LocalResult(get_weights(model), steps, envs_loop.local, NodeState(arrays), metrics)
