@@ -47,10 +47,11 @@ class GreedyPolicy(nn.Module):
     def __init__(self, model: nn.Module, spec: PolicySpec, moments: Moments | None, clip: float = 10.0,
                  eps: float = 1e-8) -> None:
         super().__init__()
-        # PPO's actor alone (the critic plays no part in acting), any other model whole
-        self.net = model.actor if isinstance(model, ActorCritic) else model
+        # PPO's actor alone (the critic plays no part in acting; the exported weights keep its
+        # "actor." names), any other model whole, acting through its greedy()
+        self.actor: nn.Module | None = model.actor if isinstance(model, ActorCritic) else None
+        self.model: nn.Module | None = None if isinstance(model, ActorCritic) else model
         self.discrete = spec.action_kind == "discrete"
-        self.greedy_of_net = not isinstance(model, ActorCritic)
         d = spec.obs_dim
         on = moments is not None and moments.count > 0
         mean = moments.mean if on and moments is not None else np.zeros(d)
@@ -62,9 +63,10 @@ class GreedyPolicy(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # float64 as numpy's normalize computes it, then float32 into the network
         x = torch.clamp((obs.to(torch.float64) - self.mean) / self.std, -self.clip, self.clip).to(torch.float32)
-        if self.greedy_of_net:
-            return self.net.greedy(x)  # type: ignore[no-any-return,operator]
-        out = self.net(x)
+        if self.model is not None:
+            return self.model.greedy(x)  # type: ignore[no-any-return,operator]
+        assert self.actor is not None
+        out = self.actor(x)
         return out.argmax(-1) if self.discrete else out
 
 
