@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.e2e.harness import REPO, LocalFlower
@@ -35,3 +36,37 @@ def test_federated_sac_brings_every_pendulum_variant_above_minus_250(flower: Loc
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["solved"] and summary["eval_min_return"] >= -250, summary["eval"]
     assert summary["env_steps_total"] <= 4 * 12 * 1024
+
+
+_DQN = "algo.name='dqn' dqn.learning-starts=64"
+_SAC = "algo.name='sac' env.id='Pendulum-v1' env.vary='g=linspace(9, 11)' sac.learning-starts=64"
+
+
+_FEATURES = {
+    "dqn-secure-central-dp": (f"{_DQN} secagg.enabled=true compression.up='quantize' compression.bits=8 "
+                              "privacy.mode='central' privacy.noise-multiplier=0.5"),
+    "dqn-gossip": f"{_DQN} topology.name='gossip' topology.graph='ring'",
+    "dqn-fedbuff": f"{_DQN} strategy.name='fedbuff'",
+    "sac-hierarchical": f"{_SAC} topology.name='hierarchical' topology.edges=2",
+    "sac-median-topk": f"{_SAC} strategy.name='median' compression.up='topk' compression.fraction=0.1",
+    "sac-secure-distributed-dp": (f"{_SAC} secagg.enabled=true compression.up='quantize' compression.bits=8 "
+                                  "privacy.mode='distributed' privacy.noise-multiplier=0.5"),
+    "sac-local-dp-fedadam": (f"{_SAC} privacy.mode='local' privacy.noise-multiplier=0.3 strategy.name='fedadam' "
+                             "strategy.server-lr=0.01"),
+}
+
+
+@pytest.mark.parametrize("name", list(_FEATURES))
+def test_update_features_run_with_the_replay_learners(flower: LocalFlower, tmp_path: Path, name: str) -> None:
+    """Every update-level feature treats DQN's and SAC's weights as it treats PPO's: two rounds of
+    4 nodes run, every node's update is used, and the server's model stays finite."""
+    res = flower.run(REPO, f"{_FEATURES[name]} nodes.count=4 num-server-rounds=2 algo.local-steps=256 eval.episodes=1 "
+                           f"output-dir='{tmp_path}' run-name='{name}'")
+    folder = tmp_path / name
+    assert res.returncode == 0 and (folder / "summary.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["rounds_completed"] == 2
+    assert all(not r.get("nodes_failed") and not r.get("aggregation_failed") for r in rows), rows
+    assert summary["env_steps_total"] >= 2 * 4 * 256 * (0.5 if "fedbuff" in name else 1)
+    assert summary["eval"] and all(np.isfinite(e["mean_return"]) for e in summary["eval"])  # the model stayed finite
