@@ -22,6 +22,7 @@ from fedrl.config import Config
 from fedrl.rl.adam_state import adam_from_arrays, adam_to_arrays
 from fedrl.rl.collector import Collector
 from fedrl.rl.dqn import QNetwork, beta_at, double_dqn_target, dqn_loss, epsilon_at, greedy_or_random, soft_update
+from fedrl.rl.losses import proximal_penalty
 from fedrl.rl.networks import PolicySpec, get_weights, set_weights
 from fedrl.rl.normalize import Moments, normalize
 from fedrl.rl.replay import Replay
@@ -55,9 +56,8 @@ class _Learner:
             y = double_dqn_target(self.model(next_t), self.target(next_t), torch.as_tensor(t.reward),
                                   torch.as_tensor(t.discount))
         loss, td = dqn_loss(self.model(obs_t), torch.as_tensor(t.action[:, 0]), y, torch.as_tensor(w))
-        if self.anchor is not None:  # FedProx: stay near the weights received this round
-            loss = loss + 0.5 * self.mu * sum(((p - a) ** 2).sum() for p, a in
-                                              zip(self.model.parameters(), self.anchor, strict=True))
+        if self.anchor is not None:  # FedProx
+            loss = loss + proximal_penalty(self.model.parameters(), self.anchor, self.mu)
         self.optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.d.max_grad_norm)

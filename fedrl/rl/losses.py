@@ -7,6 +7,7 @@ value loss, approximate KL from ``(ratio - 1) - log(ratio)``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
@@ -77,3 +78,12 @@ def ppo_loss(
         clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
     total = pg - ent_coef * ent + vf_coef * v
     return PPOLossParts(total, pg, v, ent, approx_kl, clip_fraction)
+
+
+def proximal_penalty(params: Iterable[torch.Tensor], anchor: list[torch.Tensor], mu: float) -> torch.Tensor:
+    """FedProx's ``mu / 2 * ||w - anchor||^2`` over ``params`` (Li et al., MLSys 2020): keeps a
+    node's local training near the weights it received this round."""
+    total = torch.zeros(())
+    for p, a in zip(params, anchor, strict=True):
+        total = total + ((p - a) ** 2).sum()
+    return 0.5 * mu * total

@@ -19,7 +19,7 @@ from typing import NamedTuple, Protocol
 import torch
 
 from fedrl.rl.advantages import gae
-from fedrl.rl.losses import normalize_advantages, ppo_loss
+from fedrl.rl.losses import normalize_advantages, ppo_loss, proximal_penalty
 from fedrl.rl.networks import ActorCritic
 from fedrl.rl.rollout import Rollout
 
@@ -50,10 +50,7 @@ class Proximal:
 
 
 def proximal_term(model: ActorCritic, prox: Proximal) -> torch.Tensor:
-    total = torch.zeros(())
-    for p, a in zip(model.parameters(), prox.anchor, strict=True):
-        total = total + ((p - a) ** 2).sum()
-    return 0.5 * prox.mu * total
+    return proximal_penalty(model.parameters(), prox.anchor, prox.mu)
 
 
 class Batch(NamedTuple):

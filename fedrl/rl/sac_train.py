@@ -23,6 +23,7 @@ from fedrl.config import Config
 from fedrl.rl.adam_state import adam_from_arrays, adam_to_arrays
 from fedrl.rl.collector import Collector
 from fedrl.rl.dqn import soft_update
+from fedrl.rl.losses import proximal_penalty
 from fedrl.rl.networks import PolicySpec, get_weights, set_weights, spec_for
 from fedrl.rl.normalize import Moments, normalize
 from fedrl.rl.replay import Replay
@@ -33,9 +34,14 @@ from fedrl.wire import LocalPlan, LocalResult, NodeState
 
 
 class _Learner:
-    def __init__(self, model: SACModel, cfg: Config, state: NodeState, obs_dim: int, action_dim: int) -> None:
+    def __init__(self, model: SACModel, cfg: Config, state: NodeState, obs_dim: int, action_dim: int,
+                 prox_mu: float = 0.0) -> None:
         s = cfg.sac
         self.s, self.model = s, model
+        # FedProx: actor and critics each stay near what the node received this round
+        self.mu = prox_mu
+        self.actor_anchor = [p.detach().clone() for p in model.actor.parameters()] if prox_mu > 0 else None
+        self.critic_anchor = [p.detach().clone() for p in model.critics()] if prox_mu > 0 else None
         self.target = copy.deepcopy(model).requires_grad_(False)
         self.actor_opt = torch.optim.Adam(model.actor.parameters(), lr=s.lr)
         self.critic_opt = torch.optim.Adam(model.critics(), lr=s.lr)
@@ -69,11 +75,15 @@ class _Learner:
             y = critic_target(self.target.q(nxt, a2), lp2, torch.as_tensor(t.reward), torch.as_tensor(t.discount),
                               alpha)
         c_loss = critic_loss(self.model.q(obs, act), y)
+        if self.critic_anchor is not None:
+            c_loss = c_loss + proximal_penalty(self.model.critics(), self.critic_anchor, self.mu)
         self.critic_opt.zero_grad()
         c_loss.backward()
         self.critic_opt.step()
         a_new, lp = self.model.sample(obs, torch.randn((len(t), k), generator=gen))
         p_loss = actor_loss(self.model.q(obs, a_new), lp, alpha)
+        if self.actor_anchor is not None:
+            p_loss = p_loss + proximal_penalty(self.model.actor.parameters(), self.actor_anchor, self.mu)
         self.actor_opt.zero_grad()
         p_loss.backward()  # also leaves gradients on the critics: the next critic step zeroes them first
         self.actor_opt.step()
@@ -105,7 +115,7 @@ def train_sac(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
     own = spec_for(envs.single_observation_space, envs.single_action_space, spec.hidden)  # this node's bounds
     model = SACModel(own)
     set_weights(model, weights)
-    learner = _Learner(model, cfg, state, spec.obs_dim, spec.action_dim)
+    learner = _Learner(model, cfg, state, spec.obs_dim, spec.action_dim, plan.prox_mu)
     rng = numpy_rng(plan.seed, TRAIN, plan.node, plan.round)
     gen = torch_generator(plan.seed, TRAIN, plan.node, plan.round)
     envs_loop = Collector(envs, plan, state, learner.replay, 1, s.gamma, spec.obs_dim,

@@ -105,3 +105,22 @@ def test_a_sac_node_round_keeps_its_temperature_and_buffer_and_sends_actor_and_c
     assert kept["sac.log_alpha"][0] < 0  # tuned down from log(1) in 24 gradient steps
     assert [w.shape for w in reply.weights] == [w.shape for w in fed.models[0]]
     assert any(not np.array_equal(a, b) for a, b in zip(reply.weights, fed.models[0], strict=True))
+
+
+@pytest.mark.parametrize("algo", ["dqn", "sac"])
+def test_fedprox_keeps_a_replay_learner_near_the_weights_it_received(algo: str) -> None:
+    base = {**DEFAULTS, "nodes.count": 2, "algo.local-steps": 256, "algo.hidden": "16", "strategy.name": "fedprox"}
+    rc = {**base, "algo.name": "dqn", "dqn.learning-starts": 64} if algo == "dqn" else {
+        **base, "algo.name": "sac", "env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)",
+        "sac.learning-starts": 64, "sac.batch-size": 32}
+
+    def moved(mu: float) -> float:
+        cfg = {**rc, "strategy.proximal-mu": mu}
+        fed = Federation(from_run_config(cfg))
+        ctx = Context(run_id=5, node_id=9, node_config={"partition-id": 0, "num-partitions": 2}, state=RecordDict(),
+                      run_config=cfg)
+        msg = Message(codec.encode_plan(*fed.plan(0, 1)), dst_node_id=9, message_type=codec.TRAIN)
+        reply = codec.decode_reply(handle_train(msg, ctx).content)
+        return float(sum(np.sum((a - b) ** 2) for a, b in zip(reply.weights, fed.models[0], strict=True)))
+
+    assert moved(10.0) < 0.5 * moved(0.0)

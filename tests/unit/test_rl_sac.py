@@ -75,3 +75,12 @@ def test_losses_by_hand() -> None:
     loss.backward()
     assert log_alpha.grad is not None
     assert log_alpha.grad.item() == pytest.approx(1.25)  # entropy above target (lp + H < 0): alpha goes down
+
+
+def test_proximal_penalty_by_hand() -> None:
+    from fedrl.rl.losses import proximal_penalty
+
+    w = [torch.tensor([1.0, 2.0]), torch.tensor([[3.0]])]
+    anchor = [torch.tensor([0.0, 2.0]), torch.tensor([[1.0]])]
+    # 0.1 / 2 * ((1 - 0)^2 + 0 + (3 - 1)^2) = 0.05 * 5
+    assert proximal_penalty(w, anchor, 0.1).item() == pytest.approx(0.25)
