@@ -43,8 +43,8 @@ _SAC = "algo.name='sac' env.id='Pendulum-v1' env.vary='g=linspace(9, 11)' sac.le
 
 
 _FEATURES = {
-    "dqn-secure-central-dp": (f"{_DQN} secagg.enabled=true compression.up='quantize' compression.bits=8 "
-                              "privacy.mode='central' privacy.noise-multiplier=0.5"),
+    "dqn-secure-central-dp-cohorts": (f"{_DQN} secagg.enabled=true compression.up='quantize' compression.bits=8 "
+                                      "privacy.mode='central' privacy.noise-multiplier=0.5 nodes.cohort-size=2"),
     "dqn-gossip": f"{_DQN} topology.name='gossip' topology.graph='ring'",
     "dqn-fedbuff": f"{_DQN} strategy.name='fedbuff'",
     "sac-hierarchical": f"{_SAC} topology.name='hierarchical' topology.edges=2",
