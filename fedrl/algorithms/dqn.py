@@ -46,6 +46,10 @@ class DQN(Algorithm):
     def check(self, cfg: Config) -> None:
         d = cfg.dqn
         check_common(cfg, d.batch_size, d.buffer_size, d.train_freq, "dqn")
+        if d.learning_starts > d.buffer_size:
+            raise ConfigError("dqn.learning-starts", f"got {d.learning_starts}; at most dqn.buffer-size "
+                                                     f"({d.buffer_size}): the buffer never holds more, so training "
+                                                     "would never start")
         if d.eps_end > d.eps_start:
             raise ConfigError("dqn.eps-end", f"got {d.eps_end}; at most dqn.eps-start ({d.eps_start})")
 

@@ -4,6 +4,7 @@ refusal of DP-SGD, and their pooled (``fedrl central``) settings."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -41,6 +42,10 @@ def for_actions(cfg: Config, kind: str, build: Callable[[PolicySpec], nn.Module]
         if spec.action_kind != kind:
             raise ConfigError("algo.name", f"{cfg.algo.name} needs {kind} actions; {cfg.env.id} has "
                                            f"{spec.action_kind} ones (use {other})")
+        bounds = (*spec.action_low, *spec.action_high)
+        if not all(math.isfinite(b) for b in bounds):
+            raise ConfigError("env.id", f"{cfg.algo.name} squashes its actions into the env's bounds; {cfg.env.id} "
+                                        f"has unbounded actions {spec.action_low}..{spec.action_high}")
         return build(spec)
 
     return make

@@ -84,7 +84,7 @@ def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
     envs_loop = Collector(envs, plan, state, learner.replay, d.n_step, d.gamma, spec.obs_dim,
                           uses_norm(cfg.algo.norm_obs, spec))
     iters = cfg.algo.local_steps // n_env
-    since = 0
+    since = int(state.arrays["dqn.since"][0]) if "dqn.since" in state.arrays else 0  # env steps toward the next phase
     eps = d.eps_start
     for i in range(iters):
         progress = ((plan.round - 1) + i / iters) / max(1, plan.total_rounds)
@@ -93,8 +93,8 @@ def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
             q = model(torch.as_tensor(envs_loop.policy_obs()))
         envs_loop.step(greedy_or_random(q, eps, rng))
         since += n_env
-        if since >= d.train_freq:
-            since = 0
+        while since >= d.train_freq:  # every train-freq env steps, leftovers carried (train-freq need not divide them)
+            since -= d.train_freq
             if len(learner.replay) >= max(d.learning_starts, 1):
                 beta = beta_at(progress, d.per_beta)
                 for _ in range(d.gradient_steps):
@@ -102,6 +102,7 @@ def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
     arrays = adam_to_arrays(learner.optimizer)
     arrays.update(envs_loop.finish())
     arrays.update(learner.replay.to_state())
+    arrays["dqn.since"] = np.array([since], np.int64)
     metrics = {
         "train_return": envs_loop.train_return(),
         "train_episodes": float(len(envs_loop.returns)),

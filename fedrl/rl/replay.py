@@ -91,10 +91,10 @@ class Replay:
     def to_state(self) -> dict[str, np.ndarray]:
         """The buffer as ``NodeState`` arrays (only the filled slots of the data)."""
         n = self.count
-        out = {f"{PREFIX}{f}": self.data[f][:n].copy() for f in _FIELDS}
+        out: dict[str, np.ndarray] = {f"{PREFIX}{f}": self.data[f][:n].copy() for f in _FIELDS}
         out[f"{PREFIX}meta"] = np.array([self.pos, self.count, self.max_priority], np.float64)
-        if self.tree is not None:
-            out[f"{PREFIX}priority"] = self.tree.get(np.arange(n)).copy()
+        if self.tree is not None:  # raw priorities (|td| + eps): a resumed run may use another alpha
+            out[f"{PREFIX}priority"] = self.tree.get(np.arange(n)) ** (1.0 / self.alpha)
         return out
 
     @staticmethod
@@ -121,6 +121,6 @@ class Replay:
         buf.pos, buf.count, buf.max_priority = pos, count, max_p
         if buf.tree is not None and count:
             pri = arrays.get(f"{PREFIX}priority")
-            pri = np.full(count, max_p ** alpha) if pri is None or pri.shape != (count,) else pri
-            buf.tree.update(np.arange(count), pri)
+            pri = np.full(count, max_p) if pri is None or pri.shape != (count,) else pri
+            buf.tree.update(np.arange(count), pri ** alpha)
         return buf

@@ -46,7 +46,8 @@ class _Learner:
         self.actor_opt = torch.optim.Adam(model.actor.parameters(), lr=s.lr)
         self.critic_opt = torch.optim.Adam(model.critics(), lr=s.lr)
         a = state.arrays
-        self.log_alpha = torch.tensor(float(a["sac.log_alpha"][0]) if "sac.log_alpha" in a else math.log(s.alpha),
+        tuned = s.autotune and "sac.log_alpha" in a  # a fixed temperature is always sac.alpha
+        self.log_alpha = torch.tensor(float(a["sac.log_alpha"][0]) if tuned else math.log(s.alpha),
                                       requires_grad=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=s.lr)
         for opt, prefix in self._optimizers():
@@ -122,7 +123,7 @@ def train_sac(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
                           uses_norm(cfg.algo.norm_obs, spec))
     taken = int(state.arrays["sac.env_steps"][0]) if "sac.env_steps" in state.arrays else 0
     low, high = np.asarray(own.action_low, np.float32), np.asarray(own.action_high, np.float32)
-    since = 0
+    since = int(state.arrays["sac.since"][0]) if "sac.since" in state.arrays else 0  # env steps toward the next phase
     for _ in range(cfg.algo.local_steps // n_env):
         if random_actions or taken < s.learning_starts:
             action = rng.uniform(low, high, (n_env, len(low))).astype(np.float32)
@@ -133,14 +134,15 @@ def train_sac(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
         envs_loop.step(action)
         taken += n_env
         since += n_env
-        if since >= s.train_freq:
-            since = 0
+        while since >= s.train_freq:  # every train-freq env steps, leftovers carried (train-freq need not divide them)
+            since -= s.train_freq
             if taken >= s.learning_starts and len(learner.replay) >= s.batch_size:
                 for _ in range(s.gradient_steps):
                     learner.update(rng, gen, envs_loop.norm)
     env_state = envs_loop.finish()
     arrays = learner.arrays()
     arrays["sac.env_steps"] = np.array([taken], np.int64)
+    arrays["sac.since"] = np.array([since], np.int64)
     arrays.update(env_state)
     metrics = {
         "train_return": envs_loop.train_return(),

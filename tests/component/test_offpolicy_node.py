@@ -124,3 +124,43 @@ def test_fedprox_keeps_a_replay_learner_near_the_weights_it_received(algo: str) 
         return float(sum(np.sum((a - b) ** 2) for a, b in zip(reply.weights, fed.models[0], strict=True)))
 
     assert moved(10.0) < 0.5 * moved(0.0)
+
+
+def test_training_phases_carry_their_leftover_steps_across_rounds() -> None:
+    """dqn.train-freq = 96 with 8 envs and 256 steps a round: 2.67 phases a round, 8 in 3 rounds."""
+    rc = {**RUN_CONFIG, "dqn.train-freq": 96, "dqn.gradient-steps": 1, "dqn.learning-starts": 0}
+    fed = Federation(from_run_config(rc))
+    state = RecordDict()
+    steps = []
+    for rnd in (1, 2, 3):
+        ctx = Context(run_id=5, node_id=9, node_config={"partition-id": 0, "num-partitions": 2}, state=state,
+                      run_config=rc)
+        msg = Message(codec.encode_plan(*fed.plan(0, rnd)), dst_node_id=9, message_type=codec.TRAIN)
+        steps.append(codec.decode_reply(handle_train(msg, ctx).content).metrics["optimizer_steps"])
+    assert steps == [2, 5, 8]  # 3 x 256 = 768 = 8 x 96: no phase lost at a round's end
+
+
+def test_replay_learner_settings_that_cannot_work_are_refused() -> None:
+    with pytest.raises(ConfigError, match="dqn.learning-starts.*never start"):
+        validate(from_run_config({**RUN_CONFIG, "dqn.learning-starts": 700}))
+    fixed = {**DEFAULTS, "algo.name": "sac", "env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)",
+             "nodes.count": 2, "algo.local-steps": 256, "sac.autotune": False, "sac.alpha": 0.3}
+    from fedrl.rl.sac import SACModel
+    from fedrl.rl.sac_train import _Learner
+    from fedrl.wire import NodeState
+
+    fed = Federation(from_run_config(fixed))
+    learner = _Learner(SACModel(fed.spec), from_run_config(fixed), NodeState({"sac.log_alpha": np.array([-5.0])}),
+                       3, 1)
+    assert learner.alpha == pytest.approx(0.3)  # a fixed temperature is sac.alpha, whatever a state holds
+
+
+def test_sac_refuses_unbounded_actions() -> None:
+    from fedrl.algorithms.registry import get as algorithm
+    from fedrl.rl.networks import PolicySpec
+
+    cfg = from_run_config({**DEFAULTS, "algo.name": "sac", "env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)"})
+    make = algorithm("sac").model_for(cfg)
+    make(PolicySpec(3, "continuous", 1, (4,), (-2.0,), (2.0,)))
+    with pytest.raises(ConfigError, match="env.id.*unbounded"):
+        make(PolicySpec(3, "continuous", 1, (4,), (-float("inf"),), (float("inf"),)))

@@ -187,3 +187,12 @@ def test_truncation_bootstraps_from_the_final_observation() -> None:
     np.testing.assert_allclose(got.reward, [1.9, 1.0], rtol=1e-6)
     np.testing.assert_allclose(got.discount, [0.81, 0.9], rtol=1e-6)
     np.testing.assert_array_equal(got.next_obs[:, 0], [7, 7])
+
+
+def test_a_resumed_buffer_applies_its_new_alpha_to_the_raw_priorities() -> None:
+    r = Replay(4, obs_dim=2, action_dim=1, alpha=0.5, eps=0.0)
+    r.add(_batch([1, 2]))
+    r.update_priorities(np.array([0, 1]), np.array([4.0, 9.0]))
+    back = Replay.from_state(r.to_state(), 4, 2, 1, alpha=1.0)
+    assert back.tree is not None
+    np.testing.assert_allclose(back.tree.get(np.arange(2)), [4.0, 9.0])
