@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -24,7 +25,6 @@ from fedrl.rl.collector import Collector
 from fedrl.rl.dqn import QNetwork, beta_at, double_dqn_target, dqn_loss, epsilon_at, greedy_or_random, soft_update
 from fedrl.rl.losses import proximal_penalty
 from fedrl.rl.networks import PolicySpec, get_weights, set_weights
-from fedrl.rl.normalize import Moments, normalize
 from fedrl.rl.replay import Replay
 from fedrl.rl.train import uses_norm
 from fedrl.seeding import TRAIN, numpy_rng
@@ -46,12 +46,11 @@ class _Learner:
         self.steps = 0
         self.losses: list[float] = []
 
-    def update(self, batch: int, beta: float, rng: np.random.Generator, norm: Moments | None) -> None:
+    def update(self, batch: int, beta: float, rng: np.random.Generator,
+               view: Callable[[np.ndarray], np.ndarray]) -> None:
         """One gradient step on a replayed batch; new priorities for the batch."""
         idx, t, w = self.replay.sample(batch, beta, rng)
-        obs = normalize(t.obs, norm) if norm is not None else t.obs
-        nxt = normalize(t.next_obs, norm) if norm is not None else t.next_obs
-        obs_t, next_t = torch.as_tensor(obs), torch.as_tensor(nxt)
+        obs_t, next_t = torch.as_tensor(view(t.obs)), torch.as_tensor(view(t.next_obs))
         with torch.no_grad():
             y = double_dqn_target(self.model(next_t), self.target(next_t), torch.as_tensor(t.reward),
                                   torch.as_tensor(t.discount))
@@ -98,7 +97,7 @@ def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
             if len(learner.replay) >= max(d.learning_starts, 1):
                 beta = beta_at(progress, d.per_beta)
                 for _ in range(d.gradient_steps):
-                    learner.update(d.batch_size, beta, rng, envs_loop.norm)
+                    learner.update(d.batch_size, beta, rng, envs_loop.normalized)
     arrays = adam_to_arrays(learner.optimizer)
     arrays.update(envs_loop.finish())
     arrays.update(learner.replay.to_state())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -25,7 +26,6 @@ from fedrl.rl.collector import Collector
 from fedrl.rl.dqn import soft_update
 from fedrl.rl.losses import proximal_penalty
 from fedrl.rl.networks import PolicySpec, get_weights, set_weights, spec_for
-from fedrl.rl.normalize import Moments, normalize
 from fedrl.rl.replay import Replay
 from fedrl.rl.sac import SACModel, actor_loss, alpha_loss, critic_loss, critic_target
 from fedrl.rl.train import uses_norm
@@ -64,10 +64,11 @@ class _Learner:
     def alpha(self) -> float:
         return float(self.log_alpha.detach().exp())
 
-    def update(self, rng: np.random.Generator, gen: torch.Generator, norm: Moments | None) -> None:
+    def update(self, rng: np.random.Generator, gen: torch.Generator, view: Callable[[np.ndarray], np.ndarray]) -> None:
+        """One critic, actor and temperature step on a replayed batch (``view``: observations as
+        the networks see them, ``Collector.normalized``)."""
         _, t, _ = self.replay.sample(self.s.batch_size, 1.0, rng)
-        obs = torch.as_tensor(normalize(t.obs, norm) if norm is not None else t.obs)
-        nxt = torch.as_tensor(normalize(t.next_obs, norm) if norm is not None else t.next_obs)
+        obs, nxt = torch.as_tensor(view(t.obs)), torch.as_tensor(view(t.next_obs))
         act = torch.as_tensor(t.action)
         k = act.shape[-1]
         alpha = self.alpha
@@ -93,7 +94,8 @@ class _Learner:
             self.alpha_opt.zero_grad()
             t_loss.backward()
             self.alpha_opt.step()
-        soft_update(self.target, self.model, self.s.tau)
+        for target_q, q in ((self.target.q1, self.model.q1), (self.target.q2, self.model.q2)):
+            soft_update(target_q, q, self.s.tau)  # only the critics have targets
         self.steps += 1
         self.log["critic_loss"].append(float(c_loss.detach()))
         self.log["actor_loss"].append(float(p_loss.detach()))
@@ -138,7 +140,7 @@ def train_sac(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
             since -= s.train_freq
             if taken >= s.learning_starts and len(learner.replay) >= s.batch_size:
                 for _ in range(s.gradient_steps):
-                    learner.update(rng, gen, envs_loop.norm)
+                    learner.update(rng, gen, envs_loop.normalized)
     env_state = envs_loop.finish()
     arrays = learner.arrays()
     arrays["sac.env_steps"] = np.array([taken], np.int64)
