@@ -60,3 +60,6 @@ class SACConfig:
     gradient_steps: int = opt("sac.gradient-steps", 8, "gradient steps per training phase", ck.positive)
     alpha: float = opt("sac.alpha", 1.0, "entropy temperature: the start with sac.autotune, else fixed", ck.positive)
     autotune: bool = opt("sac.autotune", True, "tune the temperature towards an entropy of -action_dim")
+    noise_color: float = opt("sac.noise-color", 0.0, "exploration noise's colour beta, spectrum 1/f^beta over each "
+                                                     "round's steps: 0 white (i.i.d.), 1 pink, 2 red; correlated noise "
+                                                     "explores sparse rewards (MountainCarContinuous)", ck.non_negative)

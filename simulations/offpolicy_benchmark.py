@@ -6,7 +6,8 @@
 Tasks (8 nodes each): DQN on heterogeneous CartPole (pole length, cart mass) within 49,152 env
 steps per node, and on heterogeneous Acrobot (link masses, as in Jin et al., AISTATS 2022); SAC on
 heterogeneous Pendulum (gravity 8-12, mass 0.8-1.2) within 20,480 env steps per node, and on
-MountainCarContinuous (engine power varying). Kinds: ``federated`` (``fedrl run``, Flower's
+MountainCarContinuous (engine power varying, 20,480 env steps per node, with pink exploration
+noise: white noise never finds the goal). Kinds: ``federated`` (``fedrl run``, Flower's
 Simulation Engine, 2 SuperNodes of one CPU each), ``local`` (``strategy.name = local``: each node
 alone, same budget) and ``central`` (``fedrl central``: one learner on the pooled envs, the same
 env steps, replay capacity and gradient steps). Runs are interleaved (seed 0: federated, local,
@@ -44,8 +45,8 @@ SUITES: dict[str, str] = {
                     "algo.local-steps=1024 num-server-rounds=20 eval.every=2 eval.episodes=10 "
                     "eval.target-return='-250' strategy.server-lr=1.0 strategy.server-lr-end=-1",
     "sac-mountaincar": "algo.name='sac' env.id='MountainCarContinuous-v0' env.vary='power=uniform(0.0012, 0.0018)' "
-                       "algo.local-steps=1024 num-server-rounds=40 eval.every=4 eval.episodes=5 "
-                       "strategy.server-lr=1.0 strategy.server-lr-end=-1",
+                       "sac.noise-color=1.0 algo.local-steps=1024 num-server-rounds=20 eval.every=2 "
+                       "eval.episodes=5 strategy.server-lr=1.0 strategy.server-lr-end=-1",
 }
 KINDS = ("federated", "local", "central")
 COMMON = "nodes.count=8 nodes.wait-s=300"

@@ -3,8 +3,11 @@ buffer, then critic, actor and temperature steps from it.
 
 A round starts from the actor and critics the node received; the target critics are re-derived
 from them (a copy) and follow by Polyak averaging. The node acts within its own env's action
-bounds. Until it has taken ``sac.learning-starts`` env steps in the whole run it acts uniformly at
-random and does not train (SAC's warm-up). What stays on the node, in its ``NodeState``: the
+bounds. Until it has taken ``sac.learning-starts`` env steps in the whole run it acts at random and
+does not train (SAC's warm-up): uniformly, or with ``sac.noise-color`` > 0 as ``tanh`` of the
+colored noise scaled to its bounds. With ``sac.noise-color`` > 0 the Gaussian noise of the
+actor's samples while collecting is colored (``fedrl.rl.colored_noise``): one sequence per env
+and action dimension over the round's steps, drawn afresh each round. What stays on the node, in its ``NodeState``: the
 replay buffer, the three optimizers' moments, the temperature, its step count and its
 unfinished episodes.
 """
@@ -23,6 +26,7 @@ import torch
 from fedrl.config import Config
 from fedrl.rl.adam_state import adam_from_arrays, adam_to_arrays
 from fedrl.rl.collector import Collector
+from fedrl.rl.colored_noise import colored_noise
 from fedrl.rl.dqn import soft_update
 from fedrl.rl.losses import proximal_penalty
 from fedrl.rl.networks import PolicySpec, get_weights, set_weights, spec_for
@@ -126,13 +130,20 @@ def train_sac(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
     taken = int(state.arrays["sac.env_steps"][0]) if "sac.env_steps" in state.arrays else 0
     low, high = np.asarray(own.action_low, np.float32), np.asarray(own.action_high, np.float32)
     since = int(state.arrays["sac.since"][0]) if "sac.since" in state.arrays else 0  # env steps toward the next phase
-    for _ in range(cfg.algo.local_steps // n_env):
-        if random_actions or taken < s.learning_starts:
+    n_iter = cfg.algo.local_steps // n_env
+    # colored exploration noise has its own stream, so white-noise runs draw exactly as before
+    eps = colored_noise(s.noise_color, n_iter, (n_env, len(low)),
+                        numpy_rng(plan.seed, TRAIN, plan.node, plan.round, 1)) if s.noise_color > 0 else None
+    for i in range(n_iter):
+        if random_actions or (taken < s.learning_starts and eps is None):
             action = rng.uniform(low, high, (n_env, len(low))).astype(np.float32)
+        elif taken < s.learning_starts:
+            action = (low + (high - low) * (np.tanh(eps[i]) + 1) / 2).astype(np.float32)  # type: ignore[index]
         else:
             with torch.no_grad():
                 x = torch.as_tensor(envs_loop.policy_obs())
-                action = model.sample(x, torch.randn((n_env, len(low)), generator=gen))[0].numpy()
+                z = torch.randn((n_env, len(low)), generator=gen) if eps is None else torch.as_tensor(eps[i])
+                action = model.sample(x, z)[0].numpy()
         envs_loop.step(action)
         taken += n_env
         since += n_env
@@ -155,5 +166,5 @@ def train_sac(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
         **{k: float(np.mean(v)) if v else float("nan") for k, v in learner.log.items()},
         "optimizer_steps": float(arrays.get("adam.critic.0.step", np.zeros(1))[0]),
     }
-    steps = (cfg.algo.local_steps // n_env) * n_env
+    steps = n_iter * n_env
     return LocalResult(get_weights(model), steps, envs_loop.local, NodeState(arrays), metrics)

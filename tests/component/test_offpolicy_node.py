@@ -145,6 +145,8 @@ def test_replay_learner_settings_that_cannot_work_are_refused() -> None:
         validate(from_run_config({**RUN_CONFIG, "dqn.learning-starts": 700}))
     fixed = {**DEFAULTS, "algo.name": "sac", "env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)",
              "nodes.count": 2, "algo.local-steps": 256, "sac.autotune": False, "sac.alpha": 0.3}
+    with pytest.raises(ConfigError, match=r"sac.noise-color.*>= 0"):
+        from_run_config({**fixed, "sac.noise-color": -1.0})
     from fedrl.rl.sac import SACModel
     from fedrl.rl.sac_train import _Learner
     from fedrl.wire import NodeState
@@ -164,3 +166,30 @@ def test_sac_refuses_unbounded_actions() -> None:
     make(PolicySpec(3, "continuous", 1, (4,), (-2.0,), (2.0,)))
     with pytest.raises(ConfigError, match="env.id.*unbounded"):
         make(PolicySpec(3, "continuous", 1, (4,), (-float("inf"),), (float("inf"),)))
+
+
+
+def test_sac_explores_with_colored_noise_when_asked() -> None:
+    """sac.noise-color = 2 (red): the warm-up's and the actor's actions follow each other from step
+    to step in every env; 0 (white): the warm-up's do not."""
+
+    def lag1(color: float) -> tuple[float, float]:
+        rc = {**DEFAULTS, "algo.name": "sac", "env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)",
+              "nodes.count": 2, "algo.local-steps": 512, "sac.learning-starts": 256, "sac.batch-size": 32,
+              "algo.hidden": "16", "sac.noise-color": color}
+        fed = Federation(from_run_config(rc))
+        state = RecordDict()
+        ctx = Context(run_id=5, node_id=9, node_config={"partition-id": 0, "num-partitions": 2}, state=state,
+                      run_config=rc)
+        msg = Message(codec.encode_plan(*fed.plan(0, 1)), dst_node_id=9, message_type=codec.TRAIN)
+        assert all(np.isfinite(w).all() for w in codec.decode_reply(handle_train(msg, ctx).content).weights)
+        acts = codec.load_node_state(state, 0).arrays["replay.action"].reshape(64, 8)  # (step, env)
+        out = []
+        for part in (acts[:32], acts[32:]):  # warm-up, then the actor's samples
+            x = part - part.mean(axis=0)
+            out.append(float(np.sum(x[1:] * x[:-1]) / np.sum(x * x)))
+        return out[0], out[1]
+
+    (white_warm, white_actor), (red_warm, red_actor) = lag1(0.0), lag1(2.0)
+    assert abs(white_warm) < 0.25 and red_warm > 0.6
+    assert red_actor > 0.6 and red_actor > white_actor + 0.3  # the actor's mean moves with the state too
