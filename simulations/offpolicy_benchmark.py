@@ -14,7 +14,8 @@ env steps, replay capacity and gradient steps). Runs are interleaved (seed 0: fe
 central; seed 1: ...) because this machine's speed drifts.
 
 Per task and kind, over seeds (median, and min..max): the final and the best model's return on
-the worst variant (the best by fedrl's own choice, best_model.npz), env steps per node until
+the worst variant (the best by fedrl's own choice, best_model.npz), the worst variant's return averaged over the
+run's evaluations (the area under its learning curve), env steps per node until
 every variant first reached the target (``-`` if never), and wall seconds. Targets: DQN solves
 every CartPole variant (>= 475), SAC brings every Pendulum variant to >= -250, and on every
 task the federation beats local-only training on the worst variant. Pendulum returns depend on
@@ -67,16 +68,22 @@ def run_one(suite: str, kind: str, seed: int, out: Path, flower: Flower) -> dict
     folder = out / name
     if res.returncode != 0 or not (folder / "summary.json").exists():
         raise RuntimeError(f"{name} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    return {**result_of(folder, suite, kind, seed), "wall_s": time.time() - t0}
+
+
+def result_of(folder: Path, suite: str, kind: str, seed: int) -> dict:
+    """One finished run's row of the table, from its folder (``wall_s``: the run's own wall time)."""
     summary = json.loads((folder / "summary.json").read_text())
     rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
     target = summary["target_return"]
     nodes = int(json.loads((folder / "config.json").read_text())["run_config"]["nodes.count"])
     hit = next((r for r in rows if target is not None and r.get("eval_min_return") is not None
                 and r["eval_min_return"] >= target), None)
+    curve = [r["eval_min_return"] for r in rows if r.get("eval_min_return") is not None]
     return {"suite": suite, "kind": kind, "seed": seed, "final_min": summary["eval_min_return"],
-            "best_min": summary.get("best_eval_min_return"), "target": target,
+            "best_min": summary.get("best_eval_min_return"), "auc_min": sum(curve) / len(curve), "target": target,
             "steps_per_node_to_target": hit["env_steps"] / nodes if hit else None,
-            "wall_s": time.time() - t0}
+            "wall_s": summary.get("wall_time_s")}
 
 
 def spread(xs: list[float | None], spec: str = ".1f") -> str:
@@ -94,10 +101,18 @@ def main() -> int:
     ap.add_argument("--only", choices=list(SUITES), action="append")
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated subset of " + ", ".join(KINDS))
     ap.add_argument("--out", type=Path, default=REPO / "simulations" / "results-offpolicy")
+    ap.add_argument("--report", action="store_true",
+                    help="run nothing: print the table of the runs already in --out (from any invocation)")
     args = ap.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     if unknown := set(kinds) - set(KINDS):
         ap.error(f"--kinds: unknown {sorted(unknown)}; allowed: {', '.join(KINDS)}")
+    if args.report:
+        done = [result_of(args.out / f"{suite}-{kind}-{seed}", suite, kind, seed)
+                for suite in args.only or list(SUITES) for seed in range(args.seeds) for kind in kinds
+                if (args.out / f"{suite}-{kind}-{seed}" / "summary.json").exists()]
+        report(done, args.only or list(SUITES), kinds)
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     flower = Flower(args.out / ".flwr-home")
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -114,23 +129,30 @@ def main() -> int:
                     (args.out / "offpolicy.json").write_text(json.dumps(results, indent=1))
     finally:
         flower.stop()
-    print(f"\n{'task/kind':<28}{'final, worst variant':>30}{'best, worst variant':>30}{'steps/node to target':>30}"
-          f"{'wall s':>18}")
-    for suite in args.only or list(SUITES):
+    report(results, args.only or list(SUITES), kinds)
+    return 0
+
+
+def report(results: list[dict], suites: list[str], kinds: list[str]) -> None:
+    print(f"\n{'task/kind':<28}{'final, worst variant':>30}{'best, worst variant':>30}{'mean over evals, worst':>30}"
+          f"{'steps/node to target':>34}{'wall s':>18}")
+    for suite in suites:
         for kind in kinds:
             rs = [r for r in results if r["suite"] == suite and r["kind"] == kind]
             print(f"{suite + '/' + kind:<28}{spread([r['final_min'] for r in rs]):>30}"
                   f"{spread([r['best_min'] for r in rs]):>30}"
-                  f"{spread([r['steps_per_node_to_target'] for r in rs], ',.0f'):>30}"
+                  f"{spread([r['auc_min'] for r in rs]):>30}"
+                  f"{spread([r['steps_per_node_to_target'] for r in rs], ',.0f'):>34}"
                   f"{spread([r['wall_s'] for r in rs], '.0f'):>18}")
-    print("\nfederated - local, worst variant of the final model (per seed; > 0: the federation is better):")
-    for suite in args.only or list(SUITES):
-        fed = {r["seed"]: r["final_min"] for r in results if r["suite"] == suite and r["kind"] == "federated"}
-        loc = {r["seed"]: r["final_min"] for r in results if r["suite"] == suite and r["kind"] == "local"}
-        diffs = [fed[s] - loc[s] for s in sorted(fed) if s in loc]
-        if diffs:
-            print(f"  {suite}: {' '.join(f'{d:+.1f}' for d in diffs)}")
-    return 0
+    print("\nfederated - local on the worst variant, per seed (> 0: the federation is better); final model, "
+          "and the mean over evaluations (the area under the learning curve: how soon it learned):")
+    for suite in suites:
+        for key in ("final_min", "auc_min"):
+            fed = {r["seed"]: r[key] for r in results if r["suite"] == suite and r["kind"] == "federated"}
+            loc = {r["seed"]: r[key] for r in results if r["suite"] == suite and r["kind"] == "local"}
+            diffs = [fed[s] - loc[s] for s in sorted(fed) if s in loc]
+            if diffs:
+                print(f"  {suite} {key.split('_')[0]:<5}: {' '.join(f'{d:+.1f}' for d in diffs)}")
 
 
 if __name__ == "__main__":
