@@ -18,6 +18,8 @@ class DQNConfig:
     """DQN's own settings (``dqn.*``)."""
 
     lr: float = opt("dqn.lr", 1e-3, "Adam learning rate", ck.positive)
+    lr_end: float = opt("dqn.lr-end", -1.0, "learning rate at the run's end, annealed linearly from dqn.lr over the "
+                                            "run (-1: dqn.lr throughout)", ck.off_or_non_negative)
     gamma: float = opt("dqn.gamma", 0.99, "discount", ck.unit_closed)
     n_step: int = opt("dqn.n-step", 3, "n-step returns (1: one-step targets)", ck.positive)
     buffer_size: int = opt("dqn.buffer-size", 50_000, "replay capacity per node, in transitions", ck.positive)

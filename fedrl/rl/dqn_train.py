@@ -5,8 +5,9 @@ A round starts from the Q network the node received; its target network is re-de
 that network (a copy), then follows the online one (a copy every ``dqn.target-update``
 gradient steps, or Polyak averaging with ``dqn.tau < 1``). The replay buffer, Adam's moments and
 the unfinished episodes come from the node's ``NodeState`` and go back into it: they never leave
-the node. ε and the importance-weight exponent follow the run's progress, ``(round - 1 +
-fraction of this round) / rounds``, so every node explores alike whatever rounds it was chosen in.
+the node. ε, the importance-weight exponent and, with ``dqn.lr-end``, the learning rate follow the
+run's progress, ``(round - 1 + fraction of this round) / rounds``, so every node explores and
+steps alike whatever rounds it was chosen in.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
                           uses_norm(cfg.algo.norm_obs, spec))
     iters = cfg.algo.local_steps // n_env
     since = int(state.arrays["dqn.since"][0]) if "dqn.since" in state.arrays else 0  # env steps toward the next phase
-    eps = d.eps_start
+    eps, lr = d.eps_start, d.lr
     for i in range(iters):
         progress = ((plan.round - 1) + i / iters) / max(1, plan.total_rounds)
         eps = 1.0 if random_actions else epsilon_at(progress, d.eps_start, d.eps_end, d.eps_fraction)
@@ -96,6 +97,10 @@ def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
             since -= d.train_freq
             if len(learner.replay) >= max(d.learning_starts, 1):
                 beta = beta_at(progress, d.per_beta)
+                if d.lr_end >= 0:  # a late, smaller step keeps a solved Q network from unlearning
+                    lr = d.lr + (d.lr_end - d.lr) * progress
+                    for group in learner.optimizer.param_groups:
+                        group["lr"] = lr
                 for _ in range(d.gradient_steps):
                     learner.update(d.batch_size, beta, rng, envs_loop.normalized)
     arrays = adam_to_arrays(learner.optimizer)
@@ -106,7 +111,7 @@ def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
         "train_return": envs_loop.train_return(),
         "train_episodes": float(len(envs_loop.returns)),
         "train_seconds": time.perf_counter() - t0,
-        "lr": d.lr,
+        "lr": lr,
         "epsilon": float(eps),
         "gradient_steps": float(learner.steps),
         "loss": float(np.mean(learner.losses)) if learner.losses else float("nan"),

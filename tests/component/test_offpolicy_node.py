@@ -193,3 +193,23 @@ def test_sac_explores_with_colored_noise_when_asked() -> None:
     (white_warm, white_actor), (red_warm, red_actor) = lag1(0.0), lag1(2.0)
     assert abs(white_warm) < 0.25 and red_warm > 0.6
     assert red_actor > 0.6 and red_actor > white_actor + 0.3  # the actor's mean moves with the state too
+
+
+
+def test_dqn_lr_end_anneals_the_learning_rate_over_the_run() -> None:
+    """dqn.lr-end = 0 over 3 rounds: the last training phase of round 3 (256 steps of 8 envs, a
+    phase every 64 env steps: iteration 31 of 32) steps at 1e-3 * (1 - (2 + 31/32) / 3)."""
+    from fedrl.envs.batched import make_batched_env
+    from fedrl.rl.dqn_train import train_dqn
+    from fedrl.wire import LocalPlan, NodeState
+
+    cfg = from_run_config({**RUN_CONFIG, "dqn.lr-end": 0.0})
+    fed = Federation(cfg)
+    envs = make_batched_env(cfg.env.id, [fed.variants[0]] * cfg.algo.num_envs, {})
+    try:
+        res = train_dqn(fed.spec, fed.models[0], envs, cfg, LocalPlan(0, 3, 3, 0), NodeState.empty())
+    finally:
+        envs.close()
+    assert res.metrics["lr"] == pytest.approx(1e-3 * (1 - (2 + 31 / 32) / 3), rel=1e-6)
+    with pytest.raises(ConfigError, match=r"dqn.lr-end.*-1"):
+        from_run_config({**RUN_CONFIG, "dqn.lr-end": -0.5})
