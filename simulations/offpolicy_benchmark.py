@@ -146,10 +146,10 @@ def report(results: list[dict], suites: list[str], kinds: list[str]) -> None:
                   f"{spread([r['auc_min'] for r in rs]):>30}"
                   f"{spread([r['steps_per_node_to_target'] for r in rs], ',.0f'):>34}"
                   f"{spread([r['wall_s'] for r in rs], '.0f'):>18}")
-    print("\nfederated - local on the worst variant, per seed (> 0: the federation is better); final model, "
-          "and the mean over evaluations (the area under the learning curve: how soon it learned):")
+    print("\nfederated - local on the worst variant, per seed (> 0: the federation is better); final and best "
+          "model, and the mean over evaluations (the area under the learning curve: how soon it learned):")
     for suite in suites:
-        for key in ("final_min", "auc_min"):
+        for key in ("final_min", "best_min", "auc_min"):
             fed = {r["seed"]: r[key] for r in results if r["suite"] == suite and r["kind"] == "federated"}
             loc = {r["seed"]: r[key] for r in results if r["suite"] == suite and r["kind"] == "local"}
             diffs = [fed[s] - loc[s] for s in sorted(fed) if s in loc]
