@@ -7,9 +7,10 @@ bounds. Until it has taken ``sac.learning-starts`` env steps in the whole run it
 does not train (SAC's warm-up): uniformly, or with ``sac.noise-color`` > 0 as ``tanh`` of the
 colored noise scaled to its bounds. With ``sac.noise-color`` > 0 the Gaussian noise of the
 actor's samples while collecting is colored (``fedrl.rl.colored_noise``): one sequence per env
-and action dimension over the round's steps, drawn afresh each round. What stays on the node, in its ``NodeState``: the
-replay buffer, the three optimizers' moments, the temperature, its step count and its
-unfinished episodes.
+and action dimension over the round's steps, drawn afresh each round.
+
+What stays on the node, in its ``NodeState``: the replay buffer, the three optimizers' moments,
+the temperature, its step count and its unfinished episodes.
 """
 
 from __future__ import annotations
@@ -137,8 +138,8 @@ def train_sac(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
     for i in range(n_iter):
         if random_actions or (taken < s.learning_starts and eps is None):
             action = rng.uniform(low, high, (n_env, len(low))).astype(np.float32)
-        elif taken < s.learning_starts:
-            action = (low + (high - low) * (np.tanh(eps[i]) + 1) / 2).astype(np.float32)  # type: ignore[index]
+        elif taken < s.learning_starts and eps is not None:
+            action = (low + (high - low) * (np.tanh(eps[i]) + 1) / 2).astype(np.float32)
         else:
             with torch.no_grad():
                 x = torch.as_tensor(envs_loop.policy_obs())
