@@ -9,15 +9,15 @@ heterogeneous Pendulum (gravity 8-12, mass 0.8-1.2) within 20,480 env steps per 
 MountainCarContinuous (engine power varying, 20,480 env steps per node, with pink exploration
 noise: white noise never finds the goal). The federation averages plainly (``strategy.server-lr
 = 1``: QAvg for DQN, Jin et al.); on CartPole seed 2 it solved where the default annealed step
-(2 to 0.5) reached 452. Kinds: ``federated`` (``fedrl run``, Flower's
-Simulation Engine, 2 SuperNodes of one CPU each), ``local`` (``strategy.name = local``: each node
+(2 to 0.5) reached 452. Kinds: ``federated`` (``fedrl run``, Flower's Simulation Engine, 2
+SuperNodes of one CPU each), ``local`` (``strategy.name = local``: each node
 alone, same budget) and ``central`` (``fedrl central``: one learner on the pooled envs, the same
 env steps, replay capacity and gradient steps). Runs are interleaved (seed 0: federated, local,
 central; seed 1: ...) because this machine's speed drifts.
 
 Per task and kind, over seeds (median, and min..max): the final and the best model's return on
-the worst variant (the best by fedrl's own choice, best_model.npz), the worst variant's return averaged over the
-run's evaluations (the area under its learning curve), env steps per node until
+the worst variant (the best by fedrl's own choice, best_model.npz), the worst variant's return
+averaged over the run's evaluations (the area under its learning curve), env steps per node until
 every variant first reached the target (``-`` if never), and wall seconds. Targets: DQN solves
 every CartPole variant (>= 475), SAC brings every Pendulum variant to >= -250, and on every
 task the federation beats local-only training on the worst variant. Pendulum returns depend on
@@ -79,11 +79,10 @@ def result_of(folder: Path, suite: str, kind: str, seed: int) -> dict:
     rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
     target = summary["target_return"]
     nodes = int(json.loads((folder / "config.json").read_text())["run_config"]["nodes.count"])
-    hit = next((r for r in rows if target is not None and r.get("eval_min_return") is not None
-                and r["eval_min_return"] >= target), None)
-    curve = [r["eval_min_return"] for r in rows if r.get("eval_min_return") is not None]
+    curve = [r for r in rows if r.get("eval_min_return") is not None]  # the evaluated rounds
+    hit = next((r for r in curve if target is not None and r["eval_min_return"] >= target), None)
     return {"suite": suite, "kind": kind, "seed": seed, "final_min": summary["eval_min_return"],
-            "best_min": summary.get("best_eval_min_return"), "auc_min": sum(curve) / len(curve), "target": target,
+            "best_min": summary.get("best_eval_min_return"), "auc_min": sum(r["eval_min_return"] for r in curve) / len(curve), "target": target,
             "steps_per_node_to_target": hit["env_steps"] / nodes if hit else None,
             "wall_s": summary.get("wall_time_s")}
 

@@ -53,6 +53,14 @@ class DQN(Algorithm):
         if d.eps_end > d.eps_start:
             raise ConfigError("dqn.eps-end", f"got {d.eps_end}; at most dqn.eps-start ({d.eps_start})")
 
+    def round_lr(self, cfg: Config, rnd: int) -> float:
+        """With ``dqn.lr-end`` the rate at the middle of round ``rnd`` (the mean of its linear
+        schedule), so error feedback rescales owed updates as for PPO; 1 without a schedule."""
+        from fedrl.rl.dqn import lr_at
+
+        d = cfg.dqn
+        return 1.0 if d.lr_end < 0 else lr_at((rnd - 0.5) / max(1, cfg.num_server_rounds), d.lr, d.lr_end)
+
     def sample_dp(self, cfg: Config, model: nn.Module) -> SampleDP | None:
         return refuse_dpsgd(cfg)
 

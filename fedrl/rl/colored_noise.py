@@ -31,17 +31,14 @@ def colored_noise(beta: float, length: int, shape: tuple[int, ...], rng: np.rand
     f = np.fft.rfftfreq(length)
     f[0] = f[1]  # the mean's power is the lowest frequency's, not infinite
     s = f ** (-beta / 2.0)  # amplitude per frequency
+    real_only = [0, -1] if length % 2 == 0 else [0]  # the mean's and the Nyquist frequency's coefficients
     real = rng.standard_normal((len(f), *shape))
     imag = rng.standard_normal((len(f), *shape))
-    imag[0] = 0.0  # the mean is real
-    if length % 2 == 0:
-        imag[-1] = 0.0  # so is the Nyquist frequency's coefficient
+    imag[real_only] = 0.0
     coef = s.reshape(-1, *([1] * len(shape))) * (real + 1j * imag)
     x = np.fft.irfft(coef, n=length, axis=0)
-    # Var(x_t) of irfft: (s_0^2 + 4 sum_mid s_k^2 + s_nyq^2) / n^2, the same at every t
+    # Var(x_t) of irfft: (sum_real_only s_k^2 + 4 sum_others s_k^2) / n^2, the same at every t
     w = np.full(len(f), 4.0)
-    w[0] = 1.0
-    if length % 2 == 0:
-        w[-1] = 1.0
+    w[real_only] = 1.0
     sigma = np.sqrt(np.sum(w * s**2)) / length
     return (x / sigma).astype(np.float32)

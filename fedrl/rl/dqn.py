@@ -78,6 +78,12 @@ def epsilon_at(progress: float, start: float, end: float, fraction: float) -> fl
     return start + (end - start) * min(1.0, progress / fraction)
 
 
+def lr_at(progress: float, lr: float, end: float) -> float:
+    """Adam's learning rate at ``progress`` (0..1) of the run: linear from ``lr`` to ``end``
+    (``dqn.lr-end``), or ``lr`` throughout when ``end`` is negative (-1: off)."""
+    return lr if end < 0 else lr + (end - lr) * min(1.0, max(0.0, progress))
+
+
 def beta_at(progress: float, start: float) -> float:
     """The importance-sampling exponent at ``progress`` of the run: ``start`` annealed linearly to 1."""
     return start + (1.0 - start) * min(1.0, max(0.0, progress))

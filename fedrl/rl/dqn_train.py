@@ -23,7 +23,16 @@ import torch
 from fedrl.config import Config
 from fedrl.rl.adam_state import adam_from_arrays, adam_to_arrays
 from fedrl.rl.collector import Collector
-from fedrl.rl.dqn import QNetwork, beta_at, double_dqn_target, dqn_loss, epsilon_at, greedy_or_random, soft_update
+from fedrl.rl.dqn import (
+    QNetwork,
+    beta_at,
+    double_dqn_target,
+    dqn_loss,
+    epsilon_at,
+    greedy_or_random,
+    lr_at,
+    soft_update,
+)
 from fedrl.rl.losses import proximal_penalty
 from fedrl.rl.networks import PolicySpec, get_weights, set_weights
 from fedrl.rl.replay import Replay
@@ -97,10 +106,9 @@ def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
             since -= d.train_freq
             if len(learner.replay) >= max(d.learning_starts, 1):
                 beta = beta_at(progress, d.per_beta)
-                if d.lr_end >= 0:  # a late, smaller step keeps a solved Q network from unlearning
-                    lr = d.lr + (d.lr_end - d.lr) * progress
-                    for group in learner.optimizer.param_groups:
-                        group["lr"] = lr
+                lr = lr_at(progress, d.lr, d.lr_end)
+                for group in learner.optimizer.param_groups:
+                    group["lr"] = lr
                 for _ in range(d.gradient_steps):
                     learner.update(d.batch_size, beta, rng, envs_loop.normalized)
     arrays = adam_to_arrays(learner.optimizer)

@@ -14,6 +14,7 @@ from fedrl.rl.dqn import (
     dqn_loss,
     epsilon_at,
     greedy_or_random,
+    lr_at,
     soft_update,
 )
 from fedrl.rl.networks import PolicySpec
@@ -77,6 +78,17 @@ def test_schedules() -> None:
     assert epsilon_at(0.5, 1.0, 0.04, 0.0) == 0.04
     assert beta_at(0.0, 0.4) == pytest.approx(0.4) and beta_at(0.5, 0.4) == pytest.approx(0.7)
     assert beta_at(2.0, 0.4) == 1.0
+    assert lr_at(0.25, 1e-3, 0.0) == pytest.approx(7.5e-4) and lr_at(0.7, 1e-3, -1.0) == 1e-3
+
+
+def test_error_feedback_sees_dqns_learning_rate_schedule() -> None:
+    """With dqn.lr-end the round's mean rate (its middle, the schedule being linear); without, 1."""
+    from fedrl.algorithms.registry import get
+    from fedrl.config import DEFAULTS, from_run_config
+
+    rc = {**DEFAULTS, "algo.name": "dqn", "num-server-rounds": 4}
+    assert get("dqn").round_lr(from_run_config(rc), 2) == 1.0
+    assert get("dqn").round_lr(from_run_config({**rc, "dqn.lr-end": 0.0}), 2) == pytest.approx(1e-3 * (1 - 1.5 / 4))
 
 
 def test_soft_update_and_epsilon_greedy() -> None:
