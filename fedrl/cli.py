@@ -162,7 +162,8 @@ def _hand_over(rest: list[str], output_dir: str) -> int:
     even when the ServerApp fails; we look the run's status up and exit 1 if it failed.
     """
     env = {**os.environ, **FLOWER_ENV}
-    args = ["flwr", "run", *rest, "--run-config", f"output-dir='{Path(output_dir).expanduser().resolve()}'"]
+    args = ["flwr", "run", *_pairs_for_flower(rest), "--run-config",
+            f"output-dir='{Path(output_dir).expanduser().resolve()}'"]
     if "--stream" not in rest:
         args.append("--stream")
     try:
@@ -186,6 +187,27 @@ def _hand_over(rest: list[str], output_dir: str) -> int:
         print(f"fedrl: run {run_id} ended with status {status}", file=sys.stderr)
         return 1
     return 0
+
+
+def _pairs_for_flower(rest: list[str]) -> list[str]:
+    """``rest`` with a preset's TOML file replaced by its values as ``key=value`` pairs, since
+    ``flwr run`` refuses a TOML file next to the ``output-dir`` pair this command adds."""
+    from fedrl.flower.runconfig import as_flower_overrides
+    from fedrl.overrides import is_toml_file
+
+    _, overrides = _split(rest)
+    if not is_toml_file(overrides):
+        return rest
+    pairs = as_flower_overrides(overrides)[0]
+    out: list[str] = []
+    for a in rest:
+        if a == overrides[0]:
+            out.append(pairs)
+        elif a == f"--run-config={overrides[0]}":
+            out.append(f"--run-config={pairs}")
+        else:
+            out.append(a)
+    return out
 
 
 def _run_status(run_id: str, rest: list[str], env: dict[str, str]) -> str | None:

@@ -33,10 +33,12 @@ class AlgoConfig:
     local_steps: int = opt("algo.local-steps", 1024, "env steps per node per round", ck.positive)
     num_envs: int = opt("algo.num-envs", 8, "parallel envs per node (gymnasium.vector)", ck.positive)
     hidden: str = opt("algo.hidden", "64,64", "hidden layer sizes", ck.hidden)
-    norm_obs: Literal["auto", "on", "off"] = opt(
+    norm_obs: Literal["auto", "on", "off", "server"] = opt(
         "algo.norm-obs", "auto",
         "running observation normalization with federated statistics (auto: on, except for dqn and sac and with secagg, privacy, "
-        "hierarchical or gossip, which cannot carry the statistics yet: there on for continuous actions only)")
+        "hierarchical or gossip, which cannot carry the statistics yet: there on for continuous actions only); server: "
+        "statistics of the server's own rollouts of the global policy on the nodes' variants, so no node sends any "
+        "(works with secagg and privacy; ppo, star topology)")
     norm_reward: Literal["auto", "on", "off"] = opt(
         "algo.norm-reward", "auto", "reward scaling by return std (auto: on for continuous actions; off for dqn and sac)")
 
@@ -141,7 +143,8 @@ class AttackConfig:
 
 
 def norm_on(setting: str, continuous: bool) -> bool:
-    """Whether an ``algo.norm-obs``/``algo.norm-reward`` setting is on (``auto``: for continuous actions;
+    """Whether an ``algo.norm-obs``/``algo.norm-reward`` setting is on (``server``: nodes normalize with the
+    server's statistics; ``auto``: for continuous actions;
     ``from_run_config`` has already turned ``algo.norm-obs = auto`` into ``on`` where it can be)."""
-    return setting == "on" or (setting == "auto" and continuous)
+    return setting in ("on", "server") or (setting == "auto" and continuous)
 

@@ -79,8 +79,8 @@ def read_final_model(run_dir: Path, which: str = "final") -> FinalModel:
                                                             f"fields describe, got {_short(names)}")
     env_id, env_kwargs, norm = (_field(cfg_file, rc, k, str, "run_config.") for k in
                                 ("env.id", "env.kwargs", "algo.norm-obs"))
-    if norm not in ("auto", "on", "off"):
-        raise RunFileError(cfg_file, "run_config.algo.norm-obs", f"must be auto, on or off, got {norm!r}")
+    if norm not in ("auto", "on", "off", "server"):
+        raise RunFileError(cfg_file, "run_config.algo.norm-obs", f"must be auto, on, off or server, got {norm!r}")
     try:
         arrays = read_npz(model_file)
     except UNREADABLE as err:

@@ -50,7 +50,7 @@ def moments_problem(m: Moments | None, obs_on: bool, dim: int, steps: int) -> st
     Honest nodes report the moments of exactly the ``steps`` observations they trained on.
     """
     if not obs_on:
-        return None if m is None else "sent observation statistics, but algo.norm-obs is off"
+        return None if m is None else "sent observation statistics, but nodes send none (algo.norm-obs is off or server)"
     if m is None:
         return "missing or malformed observation statistics"
     if np.shape(m.mean) != (dim,) or np.shape(m.m2) != (dim,):
@@ -124,7 +124,8 @@ def reply_problem(fed: Federation, reply: Reply, expected_node: int) -> str | No
         if why is not None:
             return why
         delta = fed.delta(reply)
-    why = moments_problem(reply.obs_moments, fed.obs_on, fed.spec.obs_dim, int(reply.env_steps))
+    why = moments_problem(reply.obs_moments, fed.obs_on and not fed.obs_from_server, fed.spec.obs_dim,
+                          int(reply.env_steps))
     if why is not None:
         return why
     return norm_problem(delta, fed.cfg.strategy.max_update_norm)

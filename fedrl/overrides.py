@@ -11,7 +11,9 @@ and the offending text, so ``fedrl check`` never says OK to a value Flower would
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 
 from fedrl.errors import ConfigError
 
@@ -25,6 +27,38 @@ def is_toml_file(overrides: list[str]) -> bool:
     """Whether Flower reads ``overrides`` as the path of one TOML file (it does when there is exactly one
     string and it ends in ``.toml``)."""
     return len(overrides) == 1 and overrides[0].endswith(".toml")
+
+
+def as_pairs(values: Mapping[str, object]) -> str:
+    """One ``--run-config`` string that Flower's parser reads back as exactly ``values``.
+
+    ``flwr run`` takes a TOML file only as its sole ``--run-config``; ``fedrl run`` adds
+    ``output-dir``, so it hands a preset's values over as pairs. Strings are quoted (single
+    quotes: TOML literal strings, no escapes), booleans lower-case, numbers by ``repr``.
+
+    Raises:
+        ConfigError: ``--run-config`` for a string holding both quote characters (no pair can carry it)
+            or a value that is not a string, bool, int or finite float.
+    """
+    out = []
+    for key, v in values.items():
+        if isinstance(v, bool):
+            text = "true" if v else "false"
+        elif isinstance(v, int):
+            text = str(v)
+        elif isinstance(v, float) and math.isfinite(v):
+            text = repr(v)
+        elif isinstance(v, str) and "\n" in v:
+            raise ConfigError(KEY, f"{key}: a line break cannot be passed to flwr run as key=value")
+        elif isinstance(v, str) and "'" not in v:
+            text = f"'{v}'"
+        elif isinstance(v, str) and '"' not in v and "\\" not in v:
+            text = f'"{v}"'
+        else:
+            raise ConfigError(KEY, f"{key} = {v!r} cannot be passed to flwr run as key=value; use a string without "
+                                   "both quote characters, a bool, an int or a finite number")
+        out.append(f"{key}={text}")
+    return " ".join(out)
 
 
 def check_override(text: str) -> None:

@@ -16,6 +16,8 @@ ENV_RESET, TRAIN, SELECT, EVAL, INIT, COMPRESS, DROPOUT, SECAGG, ATTACK = 1, 2, 
 HELDOUT = 10
 # The sample of nodes whose variants the server evaluates (eval.nodes).
 EVAL_SAMPLE = 11
+# The server's own rollouts for observation statistics (algo.norm-obs = server).
+OBS_STATS = 12
 
 
 def derive(*ints: int) -> int:

@@ -24,6 +24,10 @@ def check_common(cfg: Config, batch_size: int, buffer_size: int, train_freq: int
     if a.local_steps % a.num_envs != 0:
         raise ConfigError("algo.local-steps", f"got {a.local_steps}; must be a multiple of algo.num-envs "
                                               f"({a.num_envs}): {section} steps all of a node's envs together")
+    if a.norm_obs == "server":
+        raise ConfigError("algo.norm-obs", f"server statistics come from rollouts of PPO's sampling policy; {section} "
+                                           "replays raw transitions and normalizes nothing by default; set it to auto "
+                                           "or off")
     if a.norm_reward == "on":
         raise ConfigError("algo.norm-reward", f"{section} learns from unscaled rewards (its targets bootstrap "
                                               "from replayed transitions); set it to auto or off")

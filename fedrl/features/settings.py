@@ -24,7 +24,21 @@ def _continuous(cfg: Config) -> bool:
 def _normalizes(key: str) -> Feature:
     """``algo.norm-obs``/``algo.norm-reward`` on (``auto`` builds the env: on for continuous actions)."""
     return Feature(key.removeprefix("algo."), key, f"{key} = on, or auto with continuous actions",
-                   lambda cfg: norm_on(value(cfg, key), value(cfg, key) == "auto" and _continuous(cfg)))
+                   lambda cfg: value(cfg, key) != "server"
+                   and norm_on(value(cfg, key), value(cfg, key) == "auto" and _continuous(cfg)))
+
+
+# algo.norm-obs = server (fedrl.rl.obs_stats): the server keeps one set of statistics, the global
+# model's, and nodes send none, so it works wherever there is one global model.
+_SERVER_STATISTICS = setting("norm-obs-server", "algo.norm-obs", "server", excludes=(
+    Rule(("gossip", "hierarchical", "local"), "algo.norm-obs", "the server keeps statistics of one global model only",
+         lambda cfg: "algo.norm-obs = server keeps the statistics of one global model, which "
+                     f"topology.name = {cfg.topology.name} with strategy.name = {cfg.strategy.name} does not have; "
+                     "use the star topology with a shared model, or algo.norm-obs = off"),
+    Rule(("dpsgd",), "algo.norm-obs", "a node's normalizer still adapts to its own samples during the round",
+         lambda cfg: "algo.norm-obs = server with privacy.dpsgd: a node's normalizer still adapts to its own samples "
+                     "during the round, outside the clipped gradients; set algo.norm-obs = off"),
+))
 
 
 SETTINGS = (
@@ -35,6 +49,7 @@ SETTINGS = (
     setting("error-feedback", "compression.error-feedback", "on"),
     setting("ef21", "compression.error-feedback", "ef21"),
     _normalizes("algo.norm-obs"),
+    _SERVER_STATISTICS,
     _normalizes("algo.norm-reward"),
     Feature("fraction-train", "fraction-train", "fraction-train < 1", lambda cfg: cfg.fraction_train < 1),
     Feature("partial-rounds", "fraction-train", "fewer than nodes.count nodes train each round (fraction-train, "

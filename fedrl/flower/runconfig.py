@@ -9,7 +9,7 @@ import tomllib
 from flwr.common.config import flatten_dict, parse_config_args
 
 from fedrl.errors import ConfigError
-from fedrl.overrides import check_override, is_toml_file
+from fedrl.overrides import as_pairs, check_override, is_toml_file
 
 
 def merged_run_config(app: Path, overrides: list[str]) -> dict[str, Any]:
@@ -37,3 +37,20 @@ def merged_run_config(app: Path, overrides: list[str]) -> dict[str, Any]:
         why = " ".join(str(err).split()) or type(err).__name__  # one line
         raise ConfigError("--run-config", f"cannot parse {overrides}: {why}") from None
     return {**defaults, **flatten_dict(parsed)}
+
+
+def as_flower_overrides(overrides: list[str]) -> list[str]:
+    """``overrides`` as ``flwr run`` may take them together with more pairs: a TOML file becomes
+    the ``key=value`` string of its values (Flower refuses a TOML file next to any pair), other
+    overrides stay as they are.
+
+    Raises:
+        ConfigError: ``--run-config`` for a file Flower cannot read or a value no pair can carry.
+    """
+    if not is_toml_file(overrides):
+        return overrides
+    try:
+        values = flatten_dict(parse_config_args(overrides))
+    except Exception as err:  # noqa: BLE001 - Flower raises bare exceptions for unreadable files
+        raise ConfigError("--run-config", f"cannot read {overrides[0]}: {' '.join(str(err).split())}") from None
+    return [as_pairs(values)]

@@ -138,8 +138,10 @@ class TrainLocally:
     def updated(self, r: Received, result: LocalResult) -> NodeUpdate:
         """The update that training ``r`` to ``result`` makes."""
         delta = flatten(result.weights) - flatten(r.start)
+        # algo.norm-obs = server: the statistics are the server's; what the node saw stays here
+        moments = None if self.cfg.algo.norm_obs == "server" else result.obs_moments
         return NodeUpdate(r.plan, r.held, r.start, {**r.kept, **result.state.arrays}, result.weights, delta,
-                          result.env_steps, result.obs_moments, result.metrics)
+                          result.env_steps, moments, result.metrics)
 
 
 # --- attack (experiments) ------------------------------------------------------------------------

@@ -121,7 +121,7 @@ def plan_for(cfg: Config, continuous: bool, dim: int) -> PrivacyPlan | None:
                                       "shares protect only a sum the server cannot see unmasked")
     if cfg.strategy.name == "local":
         raise ConfigError("privacy.mode", "privacy.mode with strategy.name = local: there is no aggregate to protect")
-    if norm_on(cfg.algo.norm_obs, continuous):
+    if cfg.algo.norm_obs != "server" and norm_on(cfg.algo.norm_obs, continuous):
         raise ConfigError("algo.norm-obs", f"privacy.mode = {p.mode} with observation normalization on "
                                        "(algo.norm-obs; auto is on for continuous actions): each node's observation "
                                        "statistics would travel without noise; set algo.norm-obs = off")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.e2e.harness import REPO, LocalFlower
@@ -43,8 +44,9 @@ def test_200_nodes_with_secure_aggregation_8_bit_codes_and_central_dp(flower: Lo
     # Two cohort messages per stage (100 logical nodes each, every one a party of its own with its
     # own keys and session); nodes clip, the server noises the securely summed 8-bit codes.
     # Injected dropouts at every stage hit single members: the protocol recovers without them.
+    # Observation statistics are the server's own (algo.norm-obs = server): no node sends any.
     res = flower.run(REPO, "num-server-rounds=2 nodes.count=200 nodes.cohort-size=100 algo.local-steps=256 "
-                           "eval.episodes=1 eval.nodes=8 secagg.enabled=true secagg.neighbors=16 "
+                           "eval.episodes=1 eval.nodes=8 secagg.enabled=true secagg.neighbors=16 algo.norm-obs='server' "
                            "compression.up='quantize' compression.bits=8 secagg.clip-range=0.05 "
                            "privacy.mode='central' privacy.noise-multiplier=1.0 nodes.dropout-prob=0.02 "
                            f"output-dir='{tmp_path}' run-name='crowd'", timeout=600)
@@ -60,6 +62,8 @@ def test_200_nodes_with_secure_aggregation_8_bit_codes_and_central_dp(flower: Lo
         # (a node that drops at unmask is still in the sum: its input was masked in already)
         assert set(r["nodes_trained"]) | {int(n) for n in r["nodes_failed"]} == set(range(200))
     assert len(rows[-1]["eval_returns"]) == 8
+    stats = np.load(folder / "model.npz")["obs_moments"]
+    assert stats[0] == 2 * 8 * 256  # 2 rounds of the server's rollouts (algo.num-envs x local-steps), no node's
 
 
 def test_fedbuff_dispatches_idle_nodes_in_cohorts(flower: LocalFlower, tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ def test_observation_statistics_must_describe_the_steps_trained() -> None:
     assert moments_problem(ok, True, 4, 256) is None
     assert moments_problem(None, False, 4, 256) is None
     assert moments_problem(None, True, 4, 256) == "missing or malformed observation statistics"
-    assert moments_problem(ok, False, 4, 256) == "sent observation statistics, but algo.norm-obs is off"
+    assert moments_problem(ok, False, 4, 256) == "sent observation statistics, but nodes send none (algo.norm-obs is off or server)"
     for count in (math.inf, 1e300, 255.0, math.nan, -256.0):
         why = moments_problem(Moments(count, np.zeros(4), np.ones(4)), True, 4, 256)
         assert why == f"observation count {count!r} differs from the 256 env steps it trained"
