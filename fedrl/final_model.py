@@ -13,6 +13,7 @@ Anything else is one ``RunFileError`` naming the file and the field.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,7 +135,22 @@ def _spec(path: Path, p: dict[str, Any]) -> PolicySpec:
         raise RunFileError(path, "policy.action_kind", f"must be discrete or continuous, got {kind!r}")
     if not hidden or not all(type(h) is int and h >= 1 for h in hidden):
         raise RunFileError(path, "policy.hidden", f"must be a non-empty list of ints >= 1, got {_short(hidden)}")
-    return PolicySpec(obs_dim, kind, action_dim, tuple(hidden))  # type: ignore[arg-type]  # kind checked above
+    low, high = (_bounds(path, p, k, action_dim if kind == "continuous" else 0) for k in ("action_low", "action_high"))
+    if any(lo >= hi for lo, hi in zip(low, high, strict=True)):
+        raise RunFileError(path, "policy.action_low", f"must be below policy.action_high, got {low} and {high}")
+    return PolicySpec(obs_dim, kind, action_dim, tuple(hidden), low, high)  # type: ignore[arg-type]  # kind checked
+
+
+def _bounds(path: Path, p: dict[str, Any], key: str, n: int) -> tuple[float, ...]:
+    """``policy.action_low``/``action_high``: ``n`` finite numbers, or ``()`` (discrete actions, or a
+    folder written before they were recorded: the network's default bounds of -1 and 1)."""
+    value = p.get(key, [])
+    if value == []:
+        return ()
+    if not (isinstance(value, list) and len(value) == n and all(type(v) in (int, float) and math.isfinite(v)
+                                                                for v in value)):
+        raise RunFileError(path, f"policy.{key}", f"must be a list of {n} finite numbers, got {_short(value)}")
+    return tuple(float(v) for v in value)
 
 
 def _model_factory(path: Path, rc: dict[str, Any]) -> Callable[[PolicySpec], nn.Module]:

@@ -65,6 +65,8 @@ def resolved_config(fed: Federation) -> dict[str, Any]:
         **({"heldout": [{"index": j, "params": v} for j, v in enumerate(fed.heldout)]} if fed.heldout else {}),
         "policy": {"obs_dim": fed.spec.obs_dim, "action_kind": fed.spec.action_kind,
                    "action_dim": fed.spec.action_dim, "hidden": list(fed.spec.hidden),
+                   # the bounds SAC's squashed actions scale to (the first node's env, as the server evaluates)
+                   "action_low": list(fed.spec.action_low), "action_high": list(fed.spec.action_high),
                    "weight_names": fed.names},
         "target_return": fed.target,
     }

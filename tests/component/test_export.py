@@ -15,8 +15,9 @@ from fedrl.algorithms.registry import get as algorithm
 from fedrl.centralized import run_centralized
 from fedrl.cli import main
 from fedrl.config import from_run_config
+from fedrl.experiment import policy_spec, variants_of
 from fedrl.export import load_policy
-from fedrl.rl.networks import PolicySpec, set_weights
+from fedrl.rl.networks import set_weights
 from fedrl.rl.normalize import Moments, normalize
 
 RUNS = {
@@ -25,14 +26,17 @@ RUNS = {
                  "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},  # normalized observations
     "dqn": {"algo.name": "dqn", "dqn.dueling": True, "dqn.learning-starts": 64, "nodes.count": 2,
             "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},  # argmax of a dueling Q network
+    # SAC squashes its mean into the env's bounds (Pendulum: +-2), which are not weights
+    "sac": {"algo.name": "sac", "env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)", "sac.learning-starts": 64,
+            "nodes.count": 2, "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},
 }
 
 
 def _framework_actions(run: Path, obs: np.ndarray) -> np.ndarray:
     written = json.loads((run / "config.json").read_text())
     resolved = written["policy"]
-    spec = PolicySpec(resolved["obs_dim"], resolved["action_kind"], resolved["action_dim"], tuple(resolved["hidden"]))
     cfg = from_run_config({k: v for k, v in written["run_config"].items() if k != "resume"})
+    spec = policy_spec(cfg, variants_of(cfg)[0])  # as the server built it to evaluate (bounds included)
     model = algorithm(cfg.algo.name).model_for(cfg)(spec)
     with np.load(run / "best_model.npz") as z:  # what fedrl export exports by default (--which best)
         set_weights(model, [z[f"policy/{n}"] for n in resolved["weight_names"]])
@@ -42,7 +46,7 @@ def _framework_actions(run: Path, obs: np.ndarray) -> np.ndarray:
         return model.greedy(torch.as_tensor(x)).numpy()
 
 
-@pytest.mark.parametrize("env", ["cartpole", "pendulum", "dqn"])
+@pytest.mark.parametrize("env", ["cartpole", "pendulum", "dqn", "sac"])
 def test_the_exported_policy_chooses_the_frameworks_actions_on_1000_observations(env: str, tmp_path: Path) -> None:
     run_centralized(from_run_config({**RUNS[env], "output-dir": str(tmp_path), "run-name": "r"}))
     run = tmp_path / "r"
@@ -50,16 +54,18 @@ def test_the_exported_policy_chooses_the_frameworks_actions_on_1000_observations
     policy = torch.jit.load(str(run / "export" / "policy.pt"))
     info = json.loads((run / "export" / "policy.json").read_text())
     # algo.norm-obs = auto is on for PPO (issue 13), off for the replay learners
-    assert info["normalized_observations"] is (env != "dqn")
+    assert info["normalized_observations"] is (env not in ("dqn", "sac"))
     obs = np.random.default_rng(0).normal(0, 2, (1000, info["obs_dim"])).astype(np.float32)
     with torch.no_grad():
         exported = policy(torch.as_tensor(obs)).numpy()
     ours = _framework_actions(run, obs)
-    if env != "pendulum":
+    if env not in ("pendulum", "sac"):
         np.testing.assert_array_equal(exported, ours)
         assert 0 < ours.mean() < 1  # both actions occur: the comparison is not vacuous
     else:
         np.testing.assert_allclose(exported, ours, rtol=1e-6, atol=1e-6)
+    if env == "sac":
+        assert np.abs(ours).max() > 1  # torques beyond the default bounds of 1 occur: the bounds travelled
     # the example plays the env with torch and gymnasium only: importing fedrl fails inside it
     script = f"import runpy, sys; sys.modules['fedrl'] = None; sys.argv = ['run_policy.py', '--episodes', '2']; " \
              f"runpy.run_path({str(run / 'export' / 'run_policy.py')!r}, run_name='__main__')"
