@@ -66,6 +66,17 @@ class Evaluation:
         """For each node i in ``nodes``, a row: node i's model on the variant of each node in ``nodes``."""
         return [self.on_variants(models[i], moments[i]) for i in self.nodes]
 
+    def observe(self, model: Model, moments: Moments, rnd: int) -> Moments:
+        """Observation statistics of ``model`` acting (sampling, as nodes do) for ``algo.local-steps``
+        steps on ``algo.num-envs`` of the evaluated variants, a different few each round
+        (``algo.norm-obs = server``; ``fedrl.rl.obs_stats``: public variants, no node data)."""
+        from fedrl.rl.obs_stats import rollout_moments
+
+        a, pool = self.cfg.algo, self.nodes
+        picked = [self.variants[pool[(rnd * a.num_envs + j) % len(pool)]] for j in range(a.num_envs)]
+        return rollout_moments(self.spec, model, moments, self.cfg.env.id, picked, self.kwargs, a.local_steps,
+                               self.cfg.seed, rnd, self.make_model)
+
     def on_heldout(self, model: Model, moments: Moments | None) -> list[float]:
         """``model`` on each held-out variant ([] when ``eval.held-out`` is 0)."""
         if not self.heldout:

@@ -64,7 +64,6 @@ class Federation:
         self.obs_on = uses_norm(cfg.algo.norm_obs, self.spec)
         # algo.norm-obs = server: the statistics come from the server's own rollouts (begin_round)
         self.obs_from_server = self.obs_on and cfg.algo.norm_obs == "server"
-        self.make_model = make_model
         self.privacy = plan_for(cfg, self.spec.action_kind == "continuous", self.n_params)
         self.dp = ServerPrivacy(self.privacy, self.n_params) if self.privacy is not None else None
         self.selector = Selector(cfg)
@@ -145,24 +144,12 @@ class Federation:
     def begin_round(self, rnd: int) -> None:
         """Make this round's broadcast of every model slot (call once, before ``plan``); with
         ``algo.norm-obs = server`` first merge the server's own rollouts into the statistics."""
-        if self.obs_from_server:
-            self._server_statistics(rnd)
+        if self.obs_from_server:  # the server's own rollouts on evaluated variants (fedrl.rl.obs_stats)
+            m = self.rule.moments[0]
+            assert m is not None  # obs_on: the rule keeps statistics
+            self.rule.moments[0] = m.merge(self.evaluation.observe(self.rule.models[0], m, rnd))
         for s, cast in enumerate(self.casts):
             cast.advance(self.rule.models[s], rnd)
-
-    def _server_statistics(self, rnd: int) -> None:
-        """Merge ``algo.num-envs`` x ``algo.local-steps`` steps of the global policy on evaluated
-        variants (``algo.num-envs`` of them, a different few each round) into slot 0's statistics
-        (``fedrl.rl.obs_stats``: public variants, no node data)."""
-        from fedrl.rl.obs_stats import rollout_moments
-
-        a, pool = self.cfg.algo, self.evaluation.nodes
-        picked = [self.variants[pool[(rnd * a.num_envs + j) % len(pool)]] for j in range(a.num_envs)]
-        current = self.rule.moments[0]
-        assert current is not None  # obs_on: the rule keeps statistics
-        seen = rollout_moments(self.spec, self.rule.models[0], current, self.cfg.env.id, picked, self.kwargs,
-                               a.local_steps, self.cfg.seed, rnd, self.make_model)
-        self.rule.moments[0] = current.merge(seen)
 
     def plan(self, node: int, rnd: int) -> tuple[LocalPlan, Downlink | Mix]:
         s = self.cfg.strategy
