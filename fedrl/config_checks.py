@@ -63,6 +63,10 @@ def ring_bits(v: Any) -> str | None:
     return None if v == 0 or 2 <= v <= 32 else "must be 0 (auto: the smallest ring that cannot wrap) or in [2, 32]"
 
 
+def decay(v: Any) -> str | None:
+    return None if 0 <= v < 1 else "must be in [0, 1) (0: off)"
+
+
 def unit_open(v: Any) -> str | None:
     return None if 0 < v < 1 else "must be in (0, 1)"
 

@@ -35,6 +35,7 @@ from fedrl.config import Config
 from fedrl.counters import Counters
 from fedrl.evaluation import Evaluation
 from fedrl.experiment import initial_weights, policy_spec, variants_of
+from fedrl.iterate_average import IterateAverage
 from fedrl.privacy.audit import AuditResult
 from fedrl.privacy.plan import plan_for
 from fedrl.privacy.server import ServerPrivacy
@@ -78,6 +79,8 @@ class Federation:
         self.ef21 = ServerEF21(self.up, self.n_params) if self.up.ef21 else None
         self.evaluation = Evaluation(cfg, self.spec, self.variants, make_model)
         self.counters = Counters()
+        # strategy.ema: the model the run keeps, evaluates and saves is an average of the server's models
+        self.average = IterateAverage(cfg.strategy.ema) if cfg.strategy.ema > 0 else None
         self.round = 0
         self.run_uid = secrets.token_hex(8)  # kept in the checkpoint: a resumed run is the same run
         self.failed: str | None = None  # why the last aggregation was undone (take_failure)
@@ -134,7 +137,10 @@ class Federation:
         return self.rule.slot(node)
 
     def server_model(self) -> Model:
-        """The model the run stands for: the global model, the cloud model, or (gossip) the average."""
+        """The model the run stands for: the global model, the cloud model, or (gossip) the average;
+        with ``strategy.ema`` the moving average of those (``fedrl.iterate_average``)."""
+        if self.average is not None and self.average.mean is not None:
+            return self.average.model()
         return self.rule.server_model(self.round)
 
     def node_models(self) -> list[Model]:
@@ -235,8 +241,11 @@ class Federation:
             self.counters.env_steps += round(ratio_sum * self.cfg.algo.local_steps)
 
     def completed(self, rnd: int) -> None:
-        """Round ``rnd`` is over (its model is final and recorded next)."""
+        """Round ``rnd`` is over (its model is final and recorded next); ``strategy.ema`` folds it
+        into the average. A restored checkpoint sets ``round`` instead (``fedrl.snapshot``)."""
         self.round = rnd
+        if self.average is not None:
+            self.average.update(self.rule.server_model(rnd))
 
     def count_unused(self, replies: list[Reply]) -> None:
         """Count the env steps of replies the round did not aggregate (too few of them)."""

@@ -2,7 +2,7 @@
 
 The checkpoint is the union of the components' states: the server rule's (models, observation
 statistics, server optimizer, its own metadata), the downlink broadcasts, EF21's memories, the
-privacy ledger, the selection history, the counters, plus the run uid, the config it was made
+privacy ledger, the model average (``strategy.ema``), the selection history, the counters, plus the run uid, the config it was made
 with and the best evaluation so far (``fedrl.best``); see ``fedrl.checkpoint`` for the atomic
 file format.
 """
@@ -36,6 +36,10 @@ def snapshot(fed: Federation, started: float, best: Best | None = None) -> Check
         dp_meta, dp_arrays = fed.dp.to_checkpoint()
         meta.update(dp_meta)
         arrays.update(dp_arrays)
+    if fed.average is not None:
+        avg_meta, avg_arrays = fed.average.to_checkpoint()
+        meta.update(avg_meta)
+        arrays.update(avg_arrays)
     counters = fed.counters.state_dict()
     counters["wall_time_s"] += time.time() - started
     meta |= {"round": fed.round, **counters, "config": to_flat(fed.cfg),
@@ -92,7 +96,9 @@ def _load(fed: Federation, ck: Checkpoint) -> None:
     if fed.dp is not None:
         fed.dp.load_checkpoint(ck.meta, ck.arrays)
     fed.counters.load_state_dict(ck.meta)
-    fed.completed(int(ck.meta["round"]))
+    fed.round = int(ck.meta["round"])  # not completed(): that would fold the model into the average again
+    if fed.average is not None:
+        fed.average.load_checkpoint(ck.meta, ck.arrays, len(fed.names))
     fed.run_uid = str(ck.meta.get("run_uid", fed.run_uid))
     if "selection" in ck.meta:
         fed.selector.load_meta(ck.meta["selection"])

@@ -4,11 +4,11 @@ A checkpoint is a file on disk: torn, edited or from another version, it must no
 silently. ``check_fits`` refuses, before anything is restored, a checkpoint whose contents do not
 fit the run: a round outside ``[0, num-server-rounds]``, a negative or non-integral counter, a
 model or broadcast array of another shape than the model's (transposed weights included), a
-non-finite value in any float array, observation statistics with a negative count or second
-moment, per-node records for nodes the federation does not have, a best evaluation
-(``fedrl.best``) that is malformed or after the checkpoint's round. Each is one ``RunFileError``
-naming the file and the field. Whether the experiment is the same (the config) is
-``fedrl.snapshot.restore``'s check, which runs first.
+non-finite value in any float array, a model average (``strategy.ema``) missing or misshapen,
+observation statistics with a negative count or second moment, per-node records for nodes the
+federation does not have, a best evaluation (``fedrl.best``) that is malformed or after the
+checkpoint's round. Each is one ``RunFileError`` naming the file and the field. Whether the
+experiment is the same (the config) is ``fedrl.snapshot.restore``'s check, which runs first.
 """
 
 from __future__ import annotations
@@ -110,6 +110,12 @@ def check_fits(fed: Federation, ck: Checkpoint, src: object) -> None:
             d = len(m.mean)
             if a[0] < 0 or (a[1 + d:] < 0).any():
                 raise RunFileError(src, f"moments{s}", "has a negative count or second moment")
+    if fed.average is not None and int(ck.meta["round"]) > 0:  # strategy.ema: the average of rounds 1..round
+        norm = ck.meta.get("ema_weight")
+        if not (isinstance(norm, (int, float)) and not isinstance(norm, bool) and math.isfinite(norm) and norm >= 1):
+            raise RunFileError(src, "ema_weight", f"is {norm!r}; a number >= 1 (the average's normalizer)")
+        for i, ref in enumerate(fed.models[0]):
+            _array(src, ck, f"ema/{i}", ref.shape)
     opt = fed.rule.optimizer
     if "serveropt/m" in ck.arrays:
         for key in ("serveropt/m", "serveropt/v"):

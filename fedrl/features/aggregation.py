@@ -103,4 +103,10 @@ SCHEDULE = (
                 _no_server_step("fedasync", "strategy.name = fedasync (it mixes, no server step)"),
                 _no_server_step("gossip", "topology.name = gossip (nodes step themselves)"),
             )),
+    Feature("model-average", "strategy.ema", "strategy.ema > 0", lambda cfg: cfg.strategy.ema > 0, excludes=(
+        Rule(("local", "gossip"), "strategy.ema", "each node keeps its own model: there is no server model to average",
+             lambda cfg: "averages the server's models, but "
+                         + ("strategy.name = local" if cfg.strategy.name == "local" else "topology.name = gossip")
+                         + " keeps one model per node; leave it at 0"),
+    )),
 )
