@@ -38,6 +38,7 @@ from fedrl.config_sections import (
     PPOConfig,
     RoundConfig,
     SelectionConfig,
+    node_statistics_travel,
     norm_on,
     opt,
 )
@@ -45,7 +46,8 @@ from fedrl.errors import ConfigError
 
 __all__ = ["COMPRESSOR_NAMES", "SERVER_LR_END", "AlgoConfig", "AttackConfig", "CompressionConfig", "Config", "DQNConfig",
            "EnvConfig", "EvalConfig", "NodesConfig", "PPOConfig", "PrivacyConfig", "RoundConfig", "SACConfig", "SecAggConfig",
-           "SelectionConfig", "StrategyConfig", "TopologyConfig", "from_run_config", "norm_on", "to_flat"]
+           "SelectionConfig", "StrategyConfig", "TopologyConfig", "from_run_config", "node_statistics_travel",
+           "norm_on", "to_flat"]
 
 
 @dataclass(frozen=True)

@@ -148,3 +148,9 @@ def norm_on(setting: str, continuous: bool) -> bool:
     ``from_run_config`` has already turned ``algo.norm-obs = auto`` into ``on`` where it can be)."""
     return setting in ("on", "server") or (setting == "auto" and continuous)
 
+
+def node_statistics_travel(setting: str, continuous: bool) -> bool:
+    """Whether nodes send statistics under an ``algo.norm-obs``/``algo.norm-reward`` setting: it is
+    on and the nodes gather them (``server``: the server does, and nodes send none)."""
+    return setting != "server" and norm_on(setting, continuous)
+

@@ -65,6 +65,7 @@ class Federation:
         self.obs_on = uses_norm(cfg.algo.norm_obs, self.spec)
         # algo.norm-obs = server: the statistics come from the server's own rollouts (begin_round)
         self.obs_from_server = self.obs_on and cfg.algo.norm_obs == "server"
+        self.obs_travel = self.obs_on and not self.obs_from_server  # replies carry the nodes' statistics
         self.privacy = plan_for(cfg, self.spec.action_kind == "continuous", self.n_params)
         self.dp = ServerPrivacy(self.privacy, self.n_params) if self.privacy is not None else None
         self.selector = Selector(cfg)

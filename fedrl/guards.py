@@ -124,7 +124,7 @@ def reply_problem(fed: Federation, reply: Reply, expected_node: int) -> str | No
         if why is not None:
             return why
         delta = fed.delta(reply)
-    why = moments_problem(reply.obs_moments, fed.obs_on and not fed.obs_from_server, fed.spec.obs_dim,
+    why = moments_problem(reply.obs_moments, fed.obs_travel, fed.spec.obs_dim,
                           int(reply.env_steps))
     if why is not None:
         return why

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedrl.compat import Feature, Rule, setting, value
-from fedrl.config import Config, norm_on
+from fedrl.config import Config, node_statistics_travel
 
 NORM_OBS_ON = "observation normalization on (algo.norm-obs; auto is on for continuous actions)"
 
@@ -24,8 +24,7 @@ def _continuous(cfg: Config) -> bool:
 def _normalizes(key: str) -> Feature:
     """``algo.norm-obs``/``algo.norm-reward`` on (``auto`` builds the env: on for continuous actions)."""
     return Feature(key.removeprefix("algo."), key, f"{key} = on, or auto with continuous actions",
-                   lambda cfg: value(cfg, key) != "server"
-                   and norm_on(value(cfg, key), value(cfg, key) == "auto" and _continuous(cfg)))
+                   lambda cfg: node_statistics_travel(value(cfg, key), value(cfg, key) == "auto" and _continuous(cfg)))
 
 
 # algo.norm-obs = server (fedrl.rl.obs_stats): the server keeps one set of statistics, the global

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fedrl.compression.ring_codes import RingCoding
-from fedrl.config import Config, norm_on
+from fedrl.config import Config, node_statistics_travel
 from fedrl.errors import ConfigError
 from fedrl.privacy.accounting import Ledger, epsilon_after, noise_for_target
 from fedrl.privacy.skellam import SkellamCoding, SkellamLedger, coding_for, z_for_target
@@ -121,7 +121,7 @@ def plan_for(cfg: Config, continuous: bool, dim: int) -> PrivacyPlan | None:
                                       "shares protect only a sum the server cannot see unmasked")
     if cfg.strategy.name == "local":
         raise ConfigError("privacy.mode", "privacy.mode with strategy.name = local: there is no aggregate to protect")
-    if cfg.algo.norm_obs != "server" and norm_on(cfg.algo.norm_obs, continuous):
+    if node_statistics_travel(cfg.algo.norm_obs, continuous):
         raise ConfigError("algo.norm-obs", f"privacy.mode = {p.mode} with observation normalization on "
                                        "(algo.norm-obs; auto is on for continuous actions): each node's observation "
                                        "statistics would travel without noise; set algo.norm-obs = off")
