@@ -34,6 +34,7 @@ from fedrl.config_sections import (
     AttackConfig,
     EnvConfig,
     EvalConfig,
+    LogConfig,
     NodesConfig,
     PPOConfig,
     RoundConfig,
@@ -45,7 +46,7 @@ from fedrl.config_sections import (
 from fedrl.errors import ConfigError
 
 __all__ = ["COMPRESSOR_NAMES", "SERVER_LR_END", "AlgoConfig", "AttackConfig", "CompressionConfig", "Config", "DQNConfig",
-           "EnvConfig", "EvalConfig", "NodesConfig", "PPOConfig", "PrivacyConfig", "RoundConfig", "SACConfig", "SecAggConfig",
+           "EnvConfig", "EvalConfig", "LogConfig", "NodesConfig", "PPOConfig", "PrivacyConfig", "RoundConfig", "SACConfig", "SecAggConfig",
            "SelectionConfig", "StrategyConfig", "TopologyConfig", "from_run_config", "node_statistics_travel",
            "norm_on", "to_flat"]
 
@@ -74,6 +75,7 @@ class Config:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     selection: SelectionConfig = field(default_factory=SelectionConfig)
     round: RoundConfig = field(default_factory=RoundConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
     @property
     def nodes_per_round(self) -> int:
@@ -83,7 +85,7 @@ class Config:
 
 
 _SECTIONS = ("env", "algo", "ppo", "dqn", "sac", "strategy", "eval", "nodes", "compression", "secagg", "privacy", "attack", "topology",
-             "selection", "round")
+             "selection", "round", "log")
 
 
 def _leaf_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
@@ -140,7 +142,8 @@ RENAMED = {"nodes.reply-timeout-s": "round.timeout-s",
            **{f"algo.{k}": f"ppo.{k}" for k in ("num-steps", "lr", "anneal-lr", "gamma", "gae-lambda",
                                                 "num-minibatches", "update-epochs", "norm-adv", "clip-coef",
                                                 "clip-vloss", "ent-coef", "vf-coef", "max-grad-norm", "target-kl")}}
-LOCATION_KEYS = frozenset({"resume", "output-dir", "run-name"})  # where a run lives: may change on resume
+# Where a run lives and what else it logs: these may change on resume (the experiment may not)
+LOCATION_KEYS = frozenset({"resume", "output-dir", "run-name", "log.tensorboard"})
 
 
 def unknown_key_error(key: str) -> ConfigError:

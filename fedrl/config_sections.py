@@ -105,6 +105,14 @@ class NodesConfig:
 
 
 @dataclass(frozen=True)
+class LogConfig:
+    tensorboard: bool = opt("log.tensorboard", False,
+                            "also write each metrics row as TensorBoard scalars to <run folder>/tensorboard (by round, "
+                            "and by env steps in its env_steps run), with the config as hyperparameters; the server "
+                            "writes them, nodes send nothing. Needs pip install -e \".[tensorboard]\"")
+
+
+@dataclass(frozen=True)
 class RoundConfig:
     deadline_s: float = opt("round.deadline-s", 0.0,
                             "a train reply later than this many seconds after its plan went out is dropped from "

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,8 @@ class RunFolder:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         self.best: Best | None = None  # the evaluation best_model.npz holds (restored on resume)
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []  # told each row after it is on disk
+        self.closers: list[Callable[[], None]] = []  # close()
 
     def write_config(self, resolved: dict[str, Any]) -> None:
         write_json(self.path / CONFIG, resolved)
@@ -103,6 +106,14 @@ class RunFolder:
             fh.write(json.dumps(_clean(row)) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+        for listen in self.listeners:  # e.g. log.tensorboard (fedrl.tensorboard_log)
+            listen(_clean(row))
+
+    def close(self) -> None:
+        """Close what listens to the rows (``log.tensorboard``'s writers); the folder stays usable."""
+        for close in self.closers:
+            close()
+        self.listeners, self.closers = [], []
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_json(self.path / SUMMARY, summary)

@@ -28,7 +28,19 @@ log = logging.getLogger("fedrl")
 
 
 def resolve_run_folder(fed: Federation) -> RunFolder:
-    """Create a new run folder for ``fed.cfg``, or reopen one and restore ``fed`` from its checkpoint."""
+    """Create a new run folder for ``fed.cfg``, or reopen one and restore ``fed`` from its checkpoint;
+    with ``log.tensorboard`` the folder's rows also go to TensorBoard (``fedrl.tensorboard_log``)."""
+    folder = _open_folder(fed)
+    if fed.cfg.log.tensorboard:
+        from fedrl.tensorboard_log import TensorBoardLog
+
+        board = TensorBoardLog(folder.path, to_flat(fed.cfg), fed.round, fed.counters.env_steps)
+        folder.listeners.append(board.write)
+        folder.closers.append(board.close)
+    return folder
+
+
+def _open_folder(fed: Federation) -> RunFolder:
     cfg = fed.cfg
     out = Path(cfg.output_dir).expanduser().resolve()
     if cfg.resume and cfg.resume != "true":
@@ -190,6 +202,7 @@ def finish(fed: Federation, folder: RunFolder) -> dict[str, Any]:
     folder.save_model(fed.names, *model_arrays(fed))
     labels = [", ".join(f"{k}={v:.3g}" for k, v in fed.variants[i].items()) or f"node {i}" for i in nodes]
     folder.plot(labels)
+    folder.close()
     print_table(summary)
     return summary
 

@@ -130,3 +130,16 @@ def asynchronous_error(cfg: Config) -> ConfigError | None:
     if s.concurrency > n:
         return ConfigError("strategy.concurrency", f"{s.concurrency} nodes training at once, but nodes.count is {n}")
     return None
+
+
+def tensorboard_error(cfg: Config) -> ConfigError | None:
+    """``log.tensorboard`` needs TensorBoard where the server runs (found, not imported)."""
+    if not cfg.log.tensorboard:
+        return None
+    from fedrl.tensorboard_log import require
+
+    try:
+        require()
+    except ConfigError as err:
+        return err
+    return None

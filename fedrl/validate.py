@@ -62,7 +62,7 @@ _IN_ORDER: tuple[Callable[[Config], ConfigError | None], ...] = (
     setting_checks.compression_fraction_error, setting_checks.eval_nodes_error, _combination_error,
     setting_checks.secagg_error,
     setting_checks.byzantine_error, setting_checks.hierarchy_error, setting_checks.gossip_graph_error,
-    setting_checks.asynchronous_error)
+    setting_checks.asynchronous_error, setting_checks.tensorboard_error)
 
 
 def check(run_config: Mapping[str, Any]) -> Config:

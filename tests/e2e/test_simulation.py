@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.e2e.harness import REPO, LocalFlower
 
@@ -56,7 +57,7 @@ def test_few_rounds_then_same_seed_again(flower: LocalFlower, tmp_path: Path) ->
 def test_kill_and_resume_records_every_round_once(flower: LocalFlower, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     folder = out / "k"
-    proc = flower.popen(REPO, _overrides(out, "k", 5))
+    proc = flower.popen(REPO, _overrides(out, "k", 5, "log.tensorboard=true"))
     deadline = time.time() + 300
     while time.time() < deadline:
         if (folder / "metrics.jsonl").exists() and len(_metrics(folder)) >= 2:
@@ -69,9 +70,14 @@ def test_kill_and_resume_records_every_round_once(flower: LocalFlower, tmp_path:
     done_before = len(_metrics(folder))
     assert 2 <= done_before < 5
     assert not (folder / "summary.json").exists()
-    res = flower.run(REPO, _overrides(out, "k", 5, f"resume='{folder}'"))
+    res = flower.run(REPO, _overrides(out, "k", 5, f"resume='{folder}' log.tensorboard=true"))
     assert res.returncode == 0, res.stdout + res.stderr
     assert [r["round"] for r in _metrics(folder)] == [1, 2, 3, 4, 5]
+    # log.tensorboard: the curves of both processes hold every round once, as metrics.jsonl does
+    board = EventAccumulator(str(folder / "tensorboard"), size_guidance={"scalars": 0})
+    board.Reload()
+    assert [(e.step, e.value) for e in board.Scalars("eval_min_return")] == [
+        (r["round"], pytest.approx(r["eval_min_return"])) for r in _metrics(folder)]
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["rounds_completed"] == 5 and summary["env_steps_total"] == 5 * 4 * 256
     # the best evaluation over both processes' rounds (worst variant, then mean, earliest on a tie) is kept
