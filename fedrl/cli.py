@@ -8,6 +8,9 @@
     fedrl export RUN_DIR [--which best|final] [--format torchscript|onnx] [--out DIR]
                                              the run's best (default) or final policy,
                                              runnable without fedrl
+    fedrl compare RUN_DIR... [--metric eval_min_return] [--x env_steps|round|wall_time_s] [--out FILE.png]
+                                             runs grouped by all but their seed: median and
+                                             min-max band per group, and a table
     fedrl certs --out DIR --host HOST --nodes N [--force]
                                              development TLS certificates and SuperNode keys
 
@@ -30,7 +33,7 @@ from fedrl.config import DEFAULTS, HELP
 from fedrl.errors import ConfigError
 
 USAGE = __doc__ or ""
-COMMANDS = ("check", "run", "central", "export", "certs")
+COMMANDS = ("check", "run", "central", "export", "compare", "certs")
 
 # Offline-safe settings Flower reads when the local SuperLink starts.
 FLOWER_ENV = {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_DISABLE_UPDATE_CHECK": "1"}
@@ -100,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         return _export(rest)
     if cmd == "certs":
         return _certs(rest)
+    if cmd == "compare":
+        return _compare(rest)
     if cmd not in COMMANDS:
         print(f"fedrl: unknown command {cmd!r}; one of {', '.join(COMMANDS)} (fedrl --help)", file=sys.stderr)
         return 2
@@ -145,6 +150,26 @@ def _export(rest: list[str]) -> int:
         return 2
     print(f"fedrl: wrote {out} ({args.which} policy, policy.json, run_policy.py); "
           f"try: python {out / 'run_policy.py'}")
+    return 0
+
+
+def _compare(rest: list[str]) -> int:
+    from fedrl.compare import X_AXES, compare
+
+    ap = _Parser(prog="fedrl compare")
+    ap.add_argument("run_dirs", type=Path, nargs="*", metavar="RUN_DIR",
+                    help="run folders, or folders of run folders (a sweep's runs/)")
+    ap.add_argument("--metric", default="eval_min_return", help="a numeric metrics.jsonl field")
+    ap.add_argument("--x", default="env_steps", choices=X_AXES)
+    ap.add_argument("--out", type=Path, default=Path("compare.png"))
+    try:
+        args = ap.parse_args(rest)
+        lines, out = compare(args.run_dirs, args.metric, args.x, args.out)
+    except ConfigError as err:
+        print(f"fedrl compare: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    print(f"fedrl: wrote {out}")
     return 0
 
 
