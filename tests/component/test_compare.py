@@ -80,8 +80,8 @@ def test_the_cli_prints_the_table_and_writes_the_png(sweep: Path, tmp_path: Path
     ([], "fedrl compare: RUN_DIR: name at least one run folder (or a folder of run folders)"),
     (["{tmp}/nothing"], "fedrl compare: RUN_DIR: {tmp}/nothing is not a folder"),
     (["{tmp}/empty"], "fedrl compare: RUN_DIR: {tmp}/empty has no metrics.jsonl: not a run folder"),
-    (["{runs}", "--metric", "eval_max"], "fedrl compare: --metric: 'eval_max' is in no run's metrics.jsonl; numbers "
-                                         "there: bytes_down, bytes_up, env_steps, epsilon"),
+    (["{runs}", "--metric", "eval_max"], ("fedrl compare: --metric: 'eval_max' is in no run's metrics.jsonl; "
+                                          "numbers there: bytes_down, bytes_up, env_steps, epsilon")),
     (["{runs}", "--x", "time"], "fedrl compare: --x: invalid choice: 'time'"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
