@@ -30,12 +30,13 @@ import argparse
 import json
 import shutil
 import signal
-import statistics
 import subprocess
 import time
 from pathlib import Path
 
 from benchmark import BIN, REPO, Flower, _join
+
+from fedrl.compare import spread
 
 SUITES: dict[str, str] = {
     "dqn-cartpole": "algo.name='dqn' env.id='CartPole-v1' env.vary='length=linspace(0.4, 1.2); "
@@ -85,15 +86,6 @@ def result_of(folder: Path, suite: str, kind: str, seed: int) -> dict:
             "best_min": summary.get("best_eval_min_return"), "auc_min": sum(r["eval_min_return"] for r in curve) / len(curve), "target": target,
             "steps_per_node_to_target": hit["env_steps"] / nodes if hit else None,
             "wall_s": summary.get("wall_time_s")}
-
-
-def spread(xs: list[float | None], spec: str = ".1f") -> str:
-    vals = [x for x in xs if x is not None]
-    if not vals:
-        return "-"
-    mid = format(statistics.median(vals), spec)
-    extra = "" if len(vals) == len(xs) else f" ({len(xs) - len(vals)} never)"
-    return f"{mid} [{format(min(vals), spec)}..{format(max(vals), spec)}]{extra}"
 
 
 def main() -> int:
