@@ -79,10 +79,6 @@ AGGREGATION = (
         lambda cfg: "selection.name = deadline learns which nodes miss the deadline; set round.deadline-s > 0"),)),
     Feature("round-deadline", "round.deadline-s", "round.deadline-s > 0", lambda cfg: cfg.round.deadline_s > 0,
             excludes=(
-                Rule(("secagg",), "round.deadline-s", "secure aggregation already treats a late node as a dropout at "
-                     "its stage",
-                     lambda cfg: "round.deadline-s with secagg.enabled is not supported: secure aggregation already "
-                                 "treats a late node as a dropout at its stage"),
                 Rule(("asynchronous-rule",), "round.deadline-s", "there are no rounds to be late for",
                      lambda cfg: f"strategy.name = {cfg.strategy.name} has no rounds to be late for; round.timeout-s "
                                  "bounds a node's silence"),

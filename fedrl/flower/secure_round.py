@@ -18,6 +18,10 @@ round of their own). Keys are still fresh per session and used once; the key agr
 the round and session, so sending them early reveals nothing new to an honest-but-curious
 server.
 
+With ``round.deadline-s`` a node that has not answered the train stage by then is a dropout of
+the secure round (its shares never reach the others), its late message is kept and reaped, and
+deadline selection learns from it as in plain rounds.
+
 The server only ever holds the ring sum, which ``RingCoding.decode_sum`` turns into the weighted
 mean update and the total weight. A node that fails or misbehaves at any stage is dropped and the
 protocol recovers (``fedrl.secagg``); when it cannot (too few survivors or shares), the round
@@ -38,7 +42,7 @@ from fedrl.compression.ring_codes import RingCoding
 from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
-from fedrl.flower.transport import NodeMap, decode_reply_safely, exchange, rejoin
+from fedrl.flower.transport import NodeMap, decode_reply_safely, exchange, reap_late, rejoin
 from fedrl.privacy.node import dpsgd_field
 from fedrl.secagg import Keys, Masked, SecAggAbort, SecAggServer, make_params
 from fedrl.seeding import SECAGG, derive
@@ -47,17 +51,20 @@ log = logging.getLogger("fedrl")
 
 
 def _replies(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, RecordDict], mtype: str, rnd: int,
-             decode: Any, bad: dict[int, str], stage: str, clock: dict[str, float]) -> dict[int, Any]:
+             decode: Any, bad: dict[int, str], stage: str, clock: dict[str, float],
+             deadline_s: float = 0.0) -> dict[int, Any]:
     """Exchange one stage; decoded replies of the nodes that answered well, the rest into ``bad``.
 
     ``clock[stage]`` gets the stage's wall seconds (messages out, node work, replies back). With
     ``nodes.cohort-size > 1`` a SuperNode gets its logical nodes' stage contents in cohort
-    messages; each logical node is still a party of its own.
+    messages; each logical node is still a party of its own. With ``deadline_s`` (the train
+    stage under ``round.deadline-s``) a node that has not answered by then is a dropout of the
+    secure round, and its message is kept in ``nm.late``.
     """
     t0 = time.perf_counter()
     out: dict[int, Any] = {}
-    for node, r in exchange(grid, fed, nm, contents, mtype, rnd, cohort=fed.cfg.nodes.cohort_size).items():
-        value, why = decode_reply_safely(r, decode)
+    for node, r in exchange(grid, fed, nm, contents, mtype, rnd, deadline_s, fed.cfg.nodes.cohort_size).items():
+        value, why = decode_reply_safely(r, decode, deadline_s)
         if why is None:
             out[node] = value
             continue
@@ -86,6 +93,7 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
     """Run round ``rnd`` with secure aggregation; return its fields for metrics.jsonl."""
     cfg = fed.cfg
     ahead = ahead if ahead is not None else KeysAhead()
+    reap_late(grid, fed, nm)
     rejoin(grid, nm)
     nodes = fed.select(rnd)
     fed.begin_round(rnd)
@@ -104,11 +112,15 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
     fields: dict[str, Any] = {"secagg_threshold": params.threshold, "secagg_bits": bits, "secagg_seconds": clock}
 
     def outcome(trained: list[int], aborted: str | None) -> dict[str, Any]:
+        fed.selector.note(nodes, bad)  # deadline selection learns who missed round.deadline-s
         return {**fields, "nodes_trained": trained, "nodes_failed": {str(k): v for k, v in bad.items()},
                 "secagg_aborted": aborted}
 
-    keys = {n: Keys(n, rnd, sid, *pair) for n, pair in ahead.take(nodes).items()}
-    missing = [n for n in nodes if n not in keys]
+    for n in nodes:  # a dropout from the start: its SuperNode still runs a plan that missed a deadline
+        if nm.busy(n):
+            bad[n] = "still busy with an earlier round's plan (missed round.deadline-s)"
+    keys = {n: Keys(n, rnd, sid, *pair) for n, pair in ahead.take(nodes).items() if n not in bad}
+    missing = [n for n in nodes if n not in keys and n not in bad]
     if missing:
         keys.update(_replies(grid, fed, nm, {n: sc.encode_keys_request(n, rnd, sid) for n in missing}, sc.KEYS, rnd,
                              sc.decode_keys, bad, "keys", clock))
@@ -125,7 +137,7 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
             sc.put_keys(cr, (keys[node].c_pk, keys[node].s_pk), routed_keys[node])
             plans[node] = rec
         trained: dict[int, tuple[dict[int, bytes], dict[str, float]]] = _replies(
-            grid, fed, nm, plans, codec.TRAIN, rnd, sc.decode_trained, bad, "train+share", clock)
+            grid, fed, nm, plans, codec.TRAIN, rnd, sc.decode_trained, bad, "train+share", clock, cfg.round.deadline_s)
         if cfg.secagg.send_metrics:
             fields["train_returns"] = {str(n): m.get("train_return") for n, (_, m) in trained.items()}
         fields |= dpsgd_field(m for _, m in trained.values())

@@ -51,13 +51,17 @@ def test_uniform_and_round_robin_are_unchanged_by_history() -> None:
 
 @pytest.mark.parametrize(("over", "key"), [
     ({"round.deadline-s": 0.0}, "round.deadline-s"),
-    ({"secagg.enabled": True, "compression.up": "quantize"}, "round.deadline-s"),
     ({"round.deadline-s": -1.0}, "round.deadline-s"),
 ])
 def test_deadline_misuse_fails_before_round_1(over: dict, key: str) -> None:
     with pytest.raises(ConfigError) as err:
         check({**DEADLINE, **over})
     assert err.value.key == key
+
+
+def test_deadline_selection_combines_with_secure_aggregation() -> None:
+    cfg = check({**DEADLINE, "secagg.enabled": True, "compression.up": "quantize"})
+    assert (cfg.selection.name, cfg.secagg.enabled) == ("deadline", True)  # a late node is a dropout of the round
 
 
 def test_poisson_draws_each_node_with_probability_q_once_per_round() -> None:
