@@ -19,6 +19,7 @@ import logging
 import math
 import secrets
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -255,9 +256,15 @@ class Federation:
     # --- asynchronous rules (fedbuff, fedasync; fedrl.rules.asynchronous) --------------------
     def receive_async(self, reply: Reply, version: int, base: Model) -> list[tuple[int, int]]:
         """Take one valid reply that trained from model ``version`` (= ``base``). Returns the
-        (node, staleness) of the updates applied if the server stepped (the round ended), else []."""
+        (node, staleness) of the updates applied if the server stepped (the round ended), else [].
+
+        A compressed update (``compression.up``) becomes the weights it stands for, ``base`` plus
+        the decoded update, so the rules see what they would without compression. The node's
+        error-feedback residual is its own, whatever the staleness."""
         assert self.asyn is not None
         self.counters.env_steps += reply.env_steps
+        if reply.update is not None:
+            reply = replace(reply, weights=unflatten(flatten(base) + flatten(self.delta(reply)), base), update=None)
         return self.asyn.receive(reply, version, base, self.round, self.guarded)
 
     def flush_buffer(self) -> list[tuple[int, int]]:

@@ -68,8 +68,8 @@ AGGREGATION = (
                       "dispatch nodes as they become idle, not by a per-round selection"),
         _asynchronous(("secagg",), "secagg.enabled", "secure aggregation needs a round's nodes to finish together"),
         _asynchronous(("privacy",), "privacy.mode", "DP accounting here assumes synchronous rounds"),
-        _asynchronous(("uplink-compression",), "compression.up", "compressed uplinks are not combined with "
-                      "asynchronous rules yet"),
+        _asynchronous(("ef21",), "compression.error-feedback", "EF21's server memory advances with synchronous "
+                      "rounds (classic error feedback, on, keeps the residual on the node)"),
         _asynchronous(("downlink-compression",), "compression.down", "compressed downlinks are not combined with "
                       "asynchronous rules yet"),
         _asynchronous(("hierarchical", "gossip"), "topology.name", "asynchronous rules step one server model"),

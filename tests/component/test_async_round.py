@@ -74,7 +74,6 @@ def test_fedbuff_flushes_a_partial_buffer_on_request() -> None:
     ({"strategy.concurrency": 9}, "strategy.concurrency"),
     ({"fraction-train": 0.5}, "fraction-train"),
     ({"secagg.enabled": True, "compression.up": "quantize"}, "secagg.enabled"),
-    ({"compression.up": "quantize"}, "compression.up"),
     ({"topology.name": "hierarchical"}, "strategy.name"),  # named by the topology check
     ({"nodes.speed": "uniform(0.5, 2)"}, "nodes.speed"),
     ({"nodes.speed": "fast"}, "nodes.speed"),
@@ -83,3 +82,32 @@ def test_what_asynchronous_rules_cannot_do_fails_before_round_1(over: dict, key:
     with pytest.raises(ConfigError) as err:
         check({**SMALL, "strategy.name": "fedbuff", **over})
     assert err.value.key == key
+
+
+@pytest.mark.parametrize("up", [{"compression.up": "quantize", "compression.bits": 8},
+                                {"compression.up": "topk", "compression.fraction": 0.05}])  # topk: error feedback on
+def test_a_compressed_asynchronous_update_lands_as_the_weights_it_stands_for(up: dict[str, object]) -> None:
+    from fedrl.compression.pipeline import compress, decompress, rng_for
+    from fedrl.wire import uplink_scale
+
+    over = {**SMALL, "strategy.name": "fedbuff", "strategy.buffer": 1, "strategy.server-lr": 1.0}
+    packed, plain = Federation(from_run_config({**over, **up})), Federation(from_run_config(over))
+    base = [w.copy() for w in packed.models[0]]
+    step = np.random.default_rng(3).normal(0, 0.01, packed.n_params).astype(np.float32)
+    payload, _ = compress(step, packed.up, rng_for(packed.up.name, 0, 1, 0), None)
+    reply = Reply(0, [], 256, None, {}, update=payload)
+    assert packed.validate(reply, 0) is None
+    assert packed.receive_async(reply, 0, base) == [(0, 0)]
+    # what the node meant: the decoded update, times the round's step under error feedback (uplink_scale)
+    meant = decompress(payload, packed.up, packed.n_params) * np.float32(uplink_scale(packed.cfg, packed.up, 1))
+    plain.receive_async(Reply(0, unflatten(flatten(base) + meant, base), 256, None, {}), 0, base)
+    np.testing.assert_array_equal(flatten(packed.models[0]), flatten(plain.models[0]))
+    assert not np.array_equal(flatten(packed.models[0]), flatten(base))
+
+
+def test_asynchronous_rules_take_classic_error_feedback_but_refuse_ef21() -> None:
+    assert check({"strategy.name": "fedasync", "compression.up": "topk"}).compression.up == "topk"
+    with pytest.raises(ConfigError) as err:
+        check({"strategy.name": "fedbuff", "compression.up": "topk", "compression.error-feedback": "ef21"})
+    assert str(err.value).startswith("compression.error-feedback: strategy.name = fedbuff does not combine with "
+                                     "compression.error-feedback: EF21's server memory")
