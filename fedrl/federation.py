@@ -31,7 +31,6 @@ from fedrl.attacks import attackers
 from fedrl.compression.downlink import Broadcaster, Downlink
 from fedrl.compression.ef21 import ServerEF21
 from fedrl.compression.pipeline import decompress, flatten, stage, unflatten
-from fedrl.compression.ring_codes import RingCoding, required_ring_bits
 from fedrl.config import Config
 from fedrl.counters import Counters
 from fedrl.evaluation import Evaluation
@@ -284,22 +283,6 @@ class Federation:
     def budget_allows_next_round(self) -> bool:
         """False when one more released round would take ε above ``privacy.target-epsilon``."""
         return self.dp is None or self.dp.budget_allows_next_round()
-
-    def ring_bits(self, nodes: int) -> int:
-        """The secure-aggregation ring width for a round of ``nodes`` nodes."""
-        if self.privacy is not None and self.privacy.dist is not None:
-            return self.privacy.dist.bits
-        return self.cfg.secagg.bits or required_ring_bits(self.cfg.compression.bits, nodes)
-
-    def secure_dp_mean(self, total: np.ndarray, survivors: int, rnd: int) -> tuple[np.ndarray, float]:
-        """DP under secure aggregation, from the unmasked ring sum of ``survivors`` nodes: (mean
-        update, summed weight ratio), one ledger step, divided by ``dp_denominator``. Distributed:
-        the nodes' noise is in the sum; central: the nodes clipped and the noise is added here."""
-        assert self.dp is not None and self.privacy is not None
-        if self.privacy.dist is not None:
-            return self.dp.distributed_mean(total, survivors, self.dp_denominator(rnd)), float(total[-1])
-        summed, ratio_sum = RingCoding.for_config(self.cfg).decode_total(total, survivors)
-        return self.dp.secure_mean(summed, self.dp_denominator(rnd)), ratio_sum
 
     # --- evaluation -----------------------------------------------------------------------
     def evaluate_own(self) -> list[float]:

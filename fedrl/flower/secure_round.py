@@ -38,7 +38,7 @@ from typing import Any
 from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
-from fedrl.compression.ring_codes import RingCoding
+from fedrl import secure_sum
 from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
@@ -100,7 +100,7 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
     if not nodes:  # poisson selection drew nobody
         log.warning("round %d: no node was selected; the model is unchanged", rnd)
         return {"nodes_trained": [], "nodes_failed": {}, "secagg_aborted": None}
-    bits = fed.ring_bits(len(nodes))
+    bits = secure_sum.ring_bits(fed, len(nodes))
     setup = sc.Setup(os.urandom(16), nodes, cfg.secagg.neighbors, cfg.secagg.threshold, bits, fed.n_params + 1,
                      derive(cfg.seed, SECAGG, rnd))
     params = make_params(rnd, setup.session, nodes, setup.neighbors, setup.threshold, bits, setup.length,
@@ -152,10 +152,7 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
         ahead.keys.update({n: nxt for n, (_, nxt) in replies.items() if nxt is not None and n not in bad})
         t0 = time.perf_counter()
         total = server.unmask({n: sh for n, (sh, _) in replies.items()})
-        if fed.privacy is not None:  # distributed DP (noised on the nodes) or central (noised here)
-            mean, ratio_sum = fed.secure_dp_mean(total, len(survivors), rnd)
-        else:
-            mean, ratio_sum = RingCoding.for_config(cfg).decode_sum(total, len(survivors))
+        mean, ratio_sum = secure_sum.mean_update(fed, total, len(survivors), rnd)  # with DP: noised, accounted
         clock["server-unmask"] = time.perf_counter() - t0
     except (SecAggAbort, ValueError) as err:
         log.warning("round %d: secure aggregation aborted (%s); nothing was unmasked and the model is unchanged",

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from fedrl import secure_sum
 from fedrl.compression.pipeline import flatten
 from fedrl.config import from_run_config
 from fedrl.federation import Federation
@@ -120,12 +121,12 @@ def test_distributed_dp_mean_from_a_ring_sum_is_noised_once_per_node_and_account
             "privacy.mode": "distributed", "privacy.noise-multiplier": 2.0, "privacy.clip-norm": 0.5}
     fed = Federation(from_run_config(over))
     d = fed.privacy.dist  # type: ignore[union-attr]
-    assert d is not None and fed.ring_bits(6) == 24 and (d.nodes, d.share) == (6, 4)
+    assert d is not None and secure_sum.ring_bits(fed, 6) == 24 and (d.nodes, d.share) == (6, 4)
     rng = np.random.default_rng(0)
     updates = [u * 0.5 / np.linalg.norm(u) for u in rng.normal(0, 1, (5, fed.n_params))]  # 5 of 6 survive
     ring = sum(np.concatenate([d.encode(u, rng), [1]]).astype(np.uint64) for u in updates)
     ring &= np.uint64((1 << 24) - 1)
-    mean, _ = fed.secure_dp_mean(ring, 5, 1)
+    mean, _ = secure_sum.mean_update(fed, ring, 5, 1)
     noise = mean * 6 - np.sum(updates, axis=0)  # divided by the 6 selected
     assert noise.std() == pytest.approx(2.0 * d.l2 / d.scale * math.sqrt(5 / 4), rel=0.05)
     assert fed.dp.ledger is not None and fed.dp.ledger.history == [(d.mu_with(5), 1.0, 1)]
