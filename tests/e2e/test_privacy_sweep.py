@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fedrl.compare import compare
 from tests.e2e.harness import REPO
 
 sys.path.insert(0, str(REPO / "simulations"))
@@ -51,6 +52,10 @@ def test_a_sweep_writes_one_row_per_run_and_a_restart_skips_them(tmp_path: Path)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "4 runs (4 already done)" in again.stdout and "[1/" not in again.stdout
     assert list(csv.DictReader((tmp_path / "runs.csv").open())) == rows
+    # fedrl compare reads the sweep's folders: four groups (two epsilons, two references), one seed each
+    lines, png = compare([tmp_path / "runs"], x="round", out=tmp_path / "compare.png")
+    assert len(lines) == 2 + 4 and all(line.split()[0] == "1" for line in lines[2:]) and png.stat().st_size > 10_000
+    assert any(line.endswith("privacy.target-epsilon=4.0, strategy.name=fedavg") for line in lines), lines
 
 
 def test_a_bad_grid_fails_before_any_run(tmp_path: Path) -> None:
