@@ -35,10 +35,13 @@ def test_gossip_solves_heterogeneous_cartpole_on_every_node(flower: LocalFlower,
 
 
 def test_fedbuff_solves_heterogeneous_cartpole_with_slow_nodes(flower: LocalFlower, tmp_path: Path) -> None:
-    """No round barrier: 8 SuperNodes, nodes 1.0x to 2.0x slow, a server step every 4 updates."""
+    """No round barrier: 8 SuperNodes, nodes 1.0x to 2.0x slow, a server step every 4 updates, 8-bit uplinks
+    (a compressed reply lands as base + its decoded update)."""
     summary, rows = flower.solve("strategy.name='fedbuff' strategy.buffer=4 nodes.speed='linspace(1, 2)' "
+                                 "compression.up='quantize' compression.bits=8 "
                                  "num-server-rounds=60 eval.every=2 eval.episodes=3 eval.stop-at-target=true",
                                  tmp_path / "runs", "b", supernodes=8, timeout=900)
     assert all(len(r["nodes_trained"]) == 4 == len(r["staleness"]) for r in rows)
     assert any(t > 0 for r in rows for t in r["staleness"])  # updates did land on newer versions
     assert summary["env_steps_total"] >= 4 * 1024 * len(rows)
+    assert summary["bytes_up_total"] < summary["bytes_down_total"] / 3  # 8-bit codes up, float32 models down
