@@ -42,7 +42,7 @@ from fedrl.privacy.server import ServerPrivacy
 from fedrl.rl.networks import weight_names
 from fedrl.rl.train import uses_norm
 from fedrl.rules import registry
-from fedrl.rules.asynchronous import Asynchronous
+from fedrl.rules.asynchronous import Asynchronous, FedBuff
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
 from fedrl.rules.private import Private
 from fedrl.selection import Selector
@@ -73,6 +73,8 @@ class Federation:
                                         frozenset(attackers(cfg))))
         self.rule: ServerRule = Private(rule, self.dp, self.dp_denominator) \
             if self.dp is not None and rule.privatizable else rule
+        if isinstance(rule, FedBuff):  # DP-FedBuff: each server step is DP-FedAvg's mean of the buffer
+            rule.privacy = self.dp
         self.up = stage(cfg.compression, "up")
         self.down = stage(cfg.compression, "down")
         self.casts = [Broadcaster(self.down, m, cfg.seed, s) for s, m in enumerate(self.rule.models)]

@@ -44,6 +44,7 @@ class Buffered:
     delta: list[np.ndarray]  # trained weights minus the version it started from
     env_steps: int
     version: int  # the version it started from
+    clip_below: float | None = None  # DP's adaptive clipping: the node's bit (1: its update was within the norm)
 
 
 def buffered_mean(entries: Sequence[Buffered], now: int, exponent: float) -> list[np.ndarray]:

@@ -16,7 +16,10 @@ STRATEGIES = (
     setting("fedprox", "strategy.name", "fedprox"),
     setting("server-optimizer", "strategy.name", *_SERVER_OPTIMIZERS),
     setting("local", "strategy.name", "local"),
-    setting("fedasync", "strategy.name", "fedasync"),
+    setting("fedasync", "strategy.name", "fedasync", excludes=(Rule(
+        ("privacy",), "privacy.mode", "each update moves the model on arrival, with no sum to noise (DP-FedBuff has one)",
+        lambda cfg: "strategy.name = fedasync does not combine with privacy.mode: each update moves the model on "
+                    "arrival, with no sum to noise; use strategy.name = fedbuff (DP-FedBuff)"),)),
 )
 
 
@@ -67,7 +70,6 @@ AGGREGATION = (
         _asynchronous(("round-robin-selection", "deadline-selection", "poisson-selection"), "selection.name", "asynchronous rules "
                       "dispatch nodes as they become idle, not by a per-round selection"),
         _asynchronous(("secagg",), "secagg.enabled", "secure aggregation needs a round's nodes to finish together"),
-        _asynchronous(("privacy",), "privacy.mode", "DP accounting here assumes synchronous rounds"),
         _asynchronous(("ef21",), "compression.error-feedback", "EF21's server memory advances with synchronous "
                       "rounds (classic error feedback, on, keeps the residual on the node)"),
         _asynchronous(("downlink-compression",), "compression.down", "compressed downlinks are not combined with "

@@ -63,7 +63,10 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
     def step(applied: list[tuple[int, int]]) -> bool:
         nonlocal cur
         fed.completed(fed.round + 1)
-        stop = end_round(fed, folder, started, cur.started, cur.fields(applied) | {"aggregation_failed": fed.take_failure()})
+        fields = cur.fields(applied) | {"aggregation_failed": fed.take_failure()}
+        if fed.privacy is not None:  # DP-FedBuff: what the steps so far have spent
+            fields |= {"epsilon": fed.epsilon(), "delta": fed.privacy.delta, "clip_norm": fed.clip}
+        stop = end_round(fed, folder, started, cur.started, fields)
         cur = _Round()
         if fed.round < total:
             fed.begin_round(fed.round + 1)

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from fedrl.aggregation.asynchronous import AsyncState, Buffered, Versions, async_mix, buffered_mean, staleness_weight
 from fedrl.aggregation.fedavg import delta_of
+from fedrl.compression.pipeline import flatten, unflatten
+from fedrl.privacy.server import ServerPrivacy
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
 from fedrl.wire import Reply
 
@@ -57,15 +61,38 @@ class FedAsync(Asynchronous):
 
 
 class FedBuff(Asynchronous):
+    """FedBuff; with ``privacy`` set (client-level DP, ``fedrl.federation``), DP-FedBuff: each server
+    step is DP-FedAvg's mean of the buffer (``ServerPrivacy.mean``).
+
+    The privacy argument: a node is never sent the same version twice and the version changes
+    only at a step, so each buffer holds at most one update per node. Weighting nodes equally
+    (not by env steps) and by staleness ``s(tau) <= 1`` moves the sum by at most the clip norm
+    ``C`` per node, so a step is a Gaussian mechanism of sensitivity ``C`` on the buffer's sum,
+    divided by ``strategy.buffer`` (fixed, whoever is in it). ``num-server-rounds`` steps compose as
+    that many rounds with every node present (q = 1): no amplification is claimed from who
+    happens to land in a buffer. Its inputs are the nodes' data and versions already released,
+    so adaptive composition applies. As in synchronous rounds, who took part and when stays
+    visible."""
+
+    privacy: ServerPrivacy | None = None
+
     def receive(self, reply: Reply, version: int, base: Model, now: int, guard: Guard) -> list[tuple[int, int]]:
         guard("fedbuff", lambda: self.merge_moments(0, [reply]))
-        self.state.buffer.append(Buffered(reply.node, delta_of(reply.weights, base), reply.env_steps, version))
+        self.state.buffer.append(Buffered(reply.node, delta_of(reply.weights, base), reply.env_steps, version,
+                                          reply.metrics.get("clip_below")))
         return self.flush(now, guard) if len(self.state.buffer) >= self.cfg.strategy.buffer else []
 
     def flush(self, now: int, guard: Guard) -> list[tuple[int, int]]:
         """FedBuff: step with what is buffered (normally K updates); (node, staleness) of each."""
         entries, self.state.buffer = self.state.buffer, []
         if entries:
-            guard("fedbuff", lambda: self.step(buffered_mean(entries, now, self.cfg.strategy.staleness_exponent),
-                                               now + 1))
+            s = self.cfg.strategy
+            if self.privacy is None:
+                direction = buffered_mean(entries, now, s.staleness_exponent)
+            else:  # DP-FedBuff: equal weights, noise on the sum, divided by K (see the class doc)
+                flat = [flatten(e.delta) * np.float32(staleness_weight(now - e.version, s.staleness_exponent))
+                        for e in entries]
+                direction = unflatten(self.privacy.mean(flat, s.buffer, now + 1, [e.clip_below for e in entries]),
+                                      self.models[0])
+            guard("fedbuff", lambda: self.step(direction, now + 1))
         return [(e.node, now - e.version) for e in entries]

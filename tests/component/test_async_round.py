@@ -111,3 +111,45 @@ def test_asynchronous_rules_take_classic_error_feedback_but_refuse_ef21() -> Non
         check({"strategy.name": "fedbuff", "compression.up": "topk", "compression.error-feedback": "ef21"})
     assert str(err.value).startswith("compression.error-feedback: strategy.name = fedbuff does not combine with "
                                      "compression.error-feedback: EF21's server memory")
+
+
+DP_BUFF = {**SMALL, "nodes.count": 4, "strategy.name": "fedbuff", "strategy.buffer": 2, "strategy.server-lr": 1.0,
+           "strategy.staleness-exponent": 0.0, "privacy.mode": "central", "privacy.noise-multiplier": 1.0,
+           "privacy.clip-norm": 0.5, "num-server-rounds": 3}
+
+
+def test_a_dp_fedbuff_step_is_the_clipped_buffer_plus_gaussian_noise_over_k() -> None:
+    fed = Federation(from_run_config(DP_BUFF))
+    base = [w.copy() for w in fed.models[0]]
+    rng = np.random.default_rng(5)
+    big = [rng.normal(0, 1, fed.n_params).astype(np.float32) for _ in range(2)]  # norms ~ sqrt(n) >> C = 0.5
+    assert fed.receive_async(Reply(0, unflatten(flatten(base) + big[0], base), 256, None, {}), 0, base) == []
+    assert fed.receive_async(Reply(1, unflatten(flatten(base) + big[1], base), 300, None, {}), 0, base) == [(0, 0),
+                                                                                                             (1, 0)]
+    clipped = sum(b * 0.5 / np.linalg.norm(b) for b in big)  # equal weights, whatever the env steps
+    noise = 2 * (flatten(fed.models[0]).astype(np.float64) - flatten(base)) - clipped
+    assert noise.std() == pytest.approx(1.0 * 0.5, rel=0.05) and abs(noise.mean()) < 0.05  # z C on the sum
+    assert fed.dp is not None and fed.dp.ledger.history == [(1.0, 1.0, 1)]  # one Gaussian step, q = 1
+
+
+def test_the_dp_fedbuff_accountant_matches_a_hand_computation() -> None:
+    from opacus.accountants.rdp import RDPAccountant
+
+    fed = Federation(from_run_config(DP_BUFF))
+    rng = np.random.default_rng(6)
+    for step in range(3):
+        base = [w.copy() for w in fed.models[0]]
+        for node in (0, 1):
+            fed.receive_async(_reply(fed, node, base, rng), step, base)
+        fed.round = step + 1
+    # three Gaussian mechanisms with z = 1 and every node present: RDP 3 a / (2 z^2) at order a, then
+    # Balle et al. 2020's conversion, minimized over Opacus' orders
+    orders = np.array(RDPAccountant.DEFAULT_ALPHAS, float)
+    eps = 3 * orders / 2 - (np.log(1e-5) + np.log(orders)) / (orders - 1) + np.log((orders - 1) / orders)
+    assert fed.epsilon() == pytest.approx(float(np.min(eps)), rel=1e-9)
+
+
+def test_fedasync_refuses_dp_and_names_dp_fedbuff() -> None:
+    with pytest.raises(ConfigError) as err:
+        check({**DP_BUFF, "strategy.name": "fedasync"})
+    assert str(err.value).endswith("use strategy.name = fedbuff (DP-FedBuff)")
