@@ -127,6 +127,17 @@ def end_round(fed: Federation, folder: RunFolder, started: float, round_started:
     return False
 
 
+def budget_stop(fed: Federation, rnd: int) -> str | None:
+    """Why the run must stop before round (or server step) ``rnd``: one more release would take ε
+    above the budget (``privacy.target-epsilon``); None when it may go on."""
+    if fed.budget_allows_next_round():
+        return None
+    assert fed.privacy is not None and fed.dp is not None
+    return (f"privacy budget: round {rnd} would take ε from {fed.epsilon():.3f} to "
+            f"{fed.dp.ledger.epsilon(fed.privacy.next_round_cost()):.3f} > {fed.privacy.budget:g} "
+            f"(δ = {fed.privacy.delta:g}); stopping after round {rnd - 1} with its model and results")
+
+
 def model_arrays(fed: Federation) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
     """What ``model.npz`` and ``best_model.npz`` hold: the server model's weights, and the extra
     arrays (observation statistics; every node's model as ``node{i}/<name>`` for local and gossip)."""

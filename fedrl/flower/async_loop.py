@@ -27,7 +27,7 @@ from fedrl.flower import codec
 from fedrl.flower.cohort_codec import content_of
 from fedrl.flower.transport import NodeMap, check_reply, split_answers
 from fedrl.results import RunFolder
-from fedrl.rundir import end_round
+from fedrl.rundir import budget_stop, end_round
 
 log = logging.getLogger("fedrl")
 _POLL_S = 0.02
@@ -67,6 +67,10 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
         if fed.privacy is not None:  # DP-FedBuff: what the steps so far have spent
             fields |= {"epsilon": fed.epsilon(), "delta": fed.privacy.delta, "clip_norm": fed.clip}
         stop = end_round(fed, folder, started, cur.started, fields)
+        if not stop and fed.round < total and (msg := budget_stop(fed, fed.round + 1)) is not None:
+            log.warning(msg)  # DP-FedBuff: the next server step would spend more than the budget
+            print(msg, flush=True)
+            stop = True
         cur = _Round()
         if fed.round < total:
             fed.begin_round(fed.round + 1)

@@ -25,7 +25,7 @@ from fedrl.flower.secure_round import KeysAhead, secure_round
 from fedrl.flower.transport import NodeMap, check_reply, discover, exchange, reap_late, rejoin
 from fedrl.privacy.node import dpsgd_field
 from fedrl.results import RunFolder
-from fedrl.rundir import end_round, finish, resolve_run_folder
+from fedrl.rundir import budget_stop, end_round, finish, resolve_run_folder
 from fedrl.wire import Reply
 
 log = logging.getLogger("fedrl")
@@ -102,11 +102,7 @@ def _run_rounds(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, sta
     cfg = fed.cfg
     ahead = KeysAhead()  # public keys nodes made for their next secure session
     for rnd in range(fed.round + 1, cfg.num_server_rounds + 1):
-        if not fed.budget_allows_next_round():
-            assert fed.privacy is not None and fed.dp is not None
-            msg = (f"privacy budget: round {rnd} would take ε from {fed.epsilon():.3f} to "
-                   f"{fed.dp.ledger.epsilon(fed.privacy.next_round_cost()):.3f} > {fed.privacy.budget:g} "
-                   f"(δ = {fed.privacy.delta:g}); stopping after round {rnd - 1} with its model and results")
+        if (msg := budget_stop(fed, rnd)) is not None:
             log.warning(msg)
             print(msg, flush=True)
             break
