@@ -59,6 +59,10 @@ def bits(v: Any) -> str | None:
     return None if 1 <= v <= 16 else "must be an int in [1, 16]"
 
 
+def off_or_bits(v: Any) -> str | None:
+    return None if 0 <= v <= 16 else "must be an int in [0, 16] (0: off)"
+
+
 def ring_bits(v: Any) -> str | None:
     return None if v == 0 or 2 <= v <= 32 else "must be 0 (auto: the smallest ring that cannot wrap) or in [2, 32]"
 

@@ -89,13 +89,14 @@ class TopologyConfig:
 
 
 
-COMPRESSOR_NAMES = ("none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign")
+COMPRESSOR_NAMES = ("none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign", "powersgd")
 
 
 @dataclass(frozen=True)
 class CompressionConfig:
-    up: Literal["none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign"] = opt("compression.up", "none",
-                         "uplink compressor: none (float32 weights), fp16, bf16, quantize, qsgd, topk, randk, sign")
+    up: Literal["none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign", "powersgd"] = opt(
+        "compression.up", "none",
+        "uplink compressor: none (float32 weights), fp16, bf16, quantize, qsgd, topk, randk, sign, powersgd")
     down: Literal["none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign"] = opt("compression.down", "none",
                            "downlink: none (full weights) or a compressor for the global-model delta")
     bits: int = opt("compression.bits", 8, "quantize: bits per coordinate", ck.bits)
@@ -103,10 +104,13 @@ class CompressionConfig:
     levels: int = opt("compression.levels", 16, "qsgd: quantization levels s", ck.positive)
     chunk: int = opt("compression.chunk", 0, "quantize: one scale per chunk of this many coordinates (0: per update)",
                      ck.non_negative)
+    rank: int = opt("compression.rank", 2, "powersgd: rank of each weight matrix's factors", ck.positive)
+    factor_bits: int = opt("compression.factor-bits", 0,
+                           "powersgd: quantize factors and vectors to this many bits (0: send float32)", ck.off_or_bits)
     error_feedback: Literal["auto", "on", "ef21", "off"] = opt(
         "compression.error-feedback", "auto",
         "on: resend what a compressor dropped (EF-SGD); ef21: compress the change of each node's update "
-        "(EF21); auto: on for topk and sign")
+        "(EF21); auto: on for topk, sign and powersgd")
 
 
 

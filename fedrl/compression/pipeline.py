@@ -11,7 +11,7 @@ whole round (same coordinates on every node: summable).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,10 +19,12 @@ import numpy as np
 from fedrl.compression.base import Compressed, Compressor
 from fedrl.compression.compressors import make_compressor
 from fedrl.compression.error_feedback import ErrorFeedback
+from fedrl.compression.low_rank import PowerSGD
 from fedrl.config import CompressionConfig
 from fedrl.seeding import COMPRESS, derive
 
-BIASED = ("topk", "sign")
+BIASED = ("topk", "sign", "powersgd")
+WARM_KEY = "powersgd.q"  # node state: the Q factors PowerSGD starts from next round
 RESIDUAL_KEY = "ef.residual"
 
 
@@ -75,10 +77,16 @@ class Stage:
         return self.compressor.name != "none"
 
 
-def stage(cc: CompressionConfig, direction: str) -> Stage:
-    """The ``compression.up`` (``direction="up"``) or ``compression.down`` stage of a config."""
+def stage(cc: CompressionConfig, direction: str, shapes: Sequence[tuple[int, ...]] | None = None) -> Stage:
+    """The ``compression.up`` (``direction="up"``) or ``compression.down`` stage of a config;
+    ``shapes`` are the model's tensor shapes (``get_weights`` order), which ``powersgd`` needs.
+
+    Raises:
+        ValueError: ``powersgd`` without ``shapes``.
+    """
     name = cc.up if direction == "up" else cc.down
-    comp = make_compressor(name, bits=cc.bits, fraction=cc.fraction, levels=cc.levels, chunk=cc.chunk)
+    comp = make_compressor(name, bits=cc.bits, fraction=cc.fraction, levels=cc.levels, chunk=cc.chunk,
+                           rank=cc.rank, factor_bits=cc.factor_bits, shapes=shapes)
     mode = cc.error_feedback
     if mode == "auto":
         mode = "on" if name in BIASED else "off"
@@ -98,16 +106,50 @@ def compress(vec: np.ndarray, st: Stage, rng: np.random.Generator,
              residual: np.ndarray | None) -> tuple[Compressed, np.ndarray | None]:
     """Compress ``vec``; with error feedback, also return the next residual (else ``None``).
 
-    A residual of another length (the model changed) is dropped, not added.
+    A residual of another length (the model changed) is dropped, not added. PowerSGD starts from
+    a fresh draw here; :func:`node_encode` gives it its warm start.
     """
-    if not st.error_feedback:
-        return st.compressor.encode(vec, rng), None
-    ef = ErrorFeedback()
-    if residual is not None and residual.shape == vec.shape:
-        ef.load_state_dict({"residual": residual})
-    c = ef.compress(vec, st.compressor, rng)
-    assert ef.residual is not None
-    return c, ef.residual
+    c, kept = node_encode(vec, st, rng, {} if residual is None else {RESIDUAL_KEY: residual})
+    return c, kept.get(RESIDUAL_KEY)
+
+
+def node_encode(vec: np.ndarray, st: Stage, rng: np.random.Generator,
+                held: Mapping[str, np.ndarray]) -> tuple[Compressed, dict[str, np.ndarray]]:
+    """Compress a node's update ``vec`` with what it ``held`` from its last round; return the
+    payload and the state to keep (``RESIDUAL_KEY`` with error feedback, ``WARM_KEY`` for
+    PowerSGD's next start)."""
+    kept: dict[str, np.ndarray] = {}
+    warmed = _Warmed(st.compressor, held.get(WARM_KEY)) if isinstance(st.compressor, PowerSGD) else None
+    comp = warmed or st.compressor
+    if st.error_feedback:
+        ef = ErrorFeedback()
+        residual = held.get(RESIDUAL_KEY)
+        if residual is not None and residual.shape == vec.shape:
+            ef.load_state_dict({"residual": residual})
+        c = ef.compress(vec, comp, rng)
+        assert ef.residual is not None
+        kept[RESIDUAL_KEY] = ef.residual
+    else:
+        c = comp.encode(vec, rng)
+    if warmed is not None and warmed.next_q is not None:
+        kept[WARM_KEY] = warmed.next_q
+    return c, kept
+
+
+class _Warmed(Compressor):
+    """One node's PowerSGD for one round: encodes from the node's warm start and records the next."""
+
+    def __init__(self, inner: PowerSGD, warm: np.ndarray | None) -> None:
+        self.inner, self.warm = inner, warm
+        self.name = inner.name
+        self.next_q: np.ndarray | None = None
+
+    def encode(self, x: np.ndarray, rng: np.random.Generator) -> Compressed:
+        c, self.next_q = self.inner.encode_warm(x, rng, self.warm)
+        return c
+
+    def decode(self, c: Compressed) -> np.ndarray:
+        return self.inner.decode(c)
 
 
 def training_start(weights: Sequence[np.ndarray], residual: np.ndarray | None, scale: float) -> list[np.ndarray]:

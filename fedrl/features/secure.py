@@ -48,6 +48,8 @@ SECURE = (
     _unmaskable("qsgd", "each node scales by its own norm, so the sum of codes decodes to nothing (not summable)"),
     _unmaskable("topk", "each node keeps different coordinates, so the sum of payloads is not summable"),
     _unmaskable("sign", "each node scales by its own mean magnitude, so the sum of signs is not summable"),
+    _unmaskable("powersgd", "each node sends its own low-rank factors, and a sum of factors is not the factors of a "
+                            "sum (not summable)"),
     _unmaskable("randk", "random-k with secure aggregation is not implemented yet (only quantize is)"),
     setting("up-quantize", "compression.up", "quantize"),
     setting("secagg", "secagg.enabled", True, requires=(Rule(

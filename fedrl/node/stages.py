@@ -24,7 +24,7 @@ from fedrl.algorithms.base import Algorithm, CohortMember
 from fedrl.attacks import attack_update
 from fedrl.compression import ef21
 from fedrl.compression.downlink import Downlink, receive
-from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, compress, flatten, rng_for, training_start, unflatten
+from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, flatten, node_encode, rng_for, training_start, unflatten
 from fedrl.config import Config
 from fedrl.node.flow import NodeUpdate, Received, RoundStart
 from fedrl.privacy.node import PRIVATE_METRICS, privatize
@@ -249,12 +249,12 @@ class CompressEF21(_Uplink):
 @dataclass(frozen=True)
 class Compress(_Uplink):
     """Compress the update (``compression.up``); with classic error feedback, in units of the
-    round's ``uplink_scale``, adding the residual owed and keeping the new one."""
+    round's ``uplink_scale``, adding the residual owed and keeping the new one (and PowerSGD's
+    warm start, ``node_encode``)."""
 
     cfg: Config
 
     def __call__(self, u: NodeUpdate) -> NodeUpdate:
         scale = uplink_scale(self.cfg, self.up, u.plan.round)
-        update, residual = compress(u.delta / scale, self.up, self.rng(u.plan), u.held.arrays.get(RESIDUAL_KEY))
-        kept = u.kept if residual is None else {**u.kept, RESIDUAL_KEY: residual}
-        return dataclasses.replace(u, update=update, kept=kept)
+        update, kept = node_encode(u.delta / scale, self.up, self.rng(u.plan), u.held.arrays)
+        return dataclasses.replace(u, update=update, kept={**u.kept, **kept})

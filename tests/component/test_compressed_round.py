@@ -35,7 +35,7 @@ def _reply(fed: Federation, node: int, shift: float, rnd: int) -> Reply:
     return codec.decode_reply(codec.encode_reply(r))
 
 
-@pytest.mark.parametrize("up", ["fp16", "bf16", "quantize", "qsgd", "randk", "topk", "sign"])
+@pytest.mark.parametrize("up", ["fp16", "bf16", "quantize", "qsgd", "randk", "topk", "sign", "powersgd"])
 def test_compressed_updates_aggregate_through_the_codec(up: str) -> None:
     fed = _fed(**{"compression.up": up, "compression.fraction": 1.0, "strategy.server-lr": 1.0})
     fed.begin_round(1)
