@@ -28,8 +28,10 @@ from fedrl.config import norm_on
 from fedrl.env_checks import MAX_POLICY_PARAMS, check_policy_size
 from fedrl.errors import ConfigError, RunFileError
 from fedrl.results import BEST_MODEL, CONFIG, MODEL
-from fedrl.rl.networks import ActorCritic, PolicySpec
+from fedrl.rl.networks import LOG_STD, ActorCritic, PolicySpec
 from fedrl.rl.normalize import Moments
+
+RENAMED = "log_std"  # the Gaussian log-std's weight name in run folders written before LOG_STD
 
 MOMENTS = "obs_moments"
 WHICH = {"best": BEST_MODEL, "final": MODEL}  # fedrl export --which
@@ -75,6 +77,8 @@ def read_final_model(run_dir: Path, which: str = "final") -> FinalModel:
     make_model = _model_factory(cfg_file, rc)
     expected = _shapes(cfg_file, spec, make_model)
     names = policy.get("weight_names")
+    if isinstance(names, list):  # folders written before the log-std became a layer named it "log_std"
+        names = [LOG_STD if n == RENAMED else n for n in names]
     if names != list(expected):
         raise RunFileError(cfg_file, "policy.weight_names", f"must be {list(expected)} for the network the policy "
                                                             f"fields describe, got {_short(names)}")
@@ -87,6 +91,8 @@ def read_final_model(run_dir: Path, which: str = "final") -> FinalModel:
     except UNREADABLE as err:
         raise RunFileError(model_file, "file", f"not a readable .npz ({type(err).__name__}: "
                                                f"{' '.join(str(err).split())})") from None
+    if f"policy/{RENAMED}" in arrays and f"policy/{LOG_STD}" not in arrays:
+        arrays[f"policy/{LOG_STD}"] = arrays.pop(f"policy/{RENAMED}")
     weights = [_array(model_file, arrays, f"policy/{n}", shape, np.float32) for n, shape in expected.items()]
     moments = None
     if norm_on(norm, spec.action_kind == "continuous"):

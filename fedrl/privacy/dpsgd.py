@@ -35,10 +35,12 @@ import numpy as np
 import torch
 from opacus import GradSampleModule
 from opacus.accountants import RDPAccountant
+from opacus.grad_sample import register_grad_sampler
 from opacus.optimizers import DPOptimizer
 from opacus.validators import ModuleValidator
+from torch import nn
 
-from fedrl.rl.networks import ActorCritic
+from fedrl.rl.networks import ActorCritic, LogStd
 from fedrl.rl.ppo import Batch, PPOHyper, ppo_update
 from fedrl.rl.rollout import Rollout
 
@@ -50,6 +52,16 @@ class SampleDP:
     noise_multiplier: float
     clip: float
     delta: float
+
+
+@register_grad_sampler(LogStd)
+def log_std_grad_sample(layer: LogStd, activations: list[torch.Tensor],
+                        backprops: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
+    """Per-sample gradients of the log-std: ``forward`` broadcasts it to every step of a sample,
+    so each sample's gradient is its output gradient summed over all but the first (sample) and
+    last (action) dimensions."""
+    del activations  # the output does not depend on the input's values, only on its shape
+    return {layer.log_std: torch.einsum("n...k->nk", backprops)}
 
 
 def module_errors(model: ActorCritic) -> list[str]:

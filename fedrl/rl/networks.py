@@ -49,17 +49,48 @@ def _mlp(n_in: int, hidden: tuple[int, ...], n_out: int, out_gain: float) -> nn.
     return nn.Sequential(*layers)
 
 
+LOG_STD = "std.log_std"  # the log-std's weight name (state_dict key)
+
+
+class LogStd(nn.Module):
+    """A Gaussian policy's state-independent log-standard-deviation, as a layer: ``forward(mean)``
+    returns it broadcast to ``mean``'s shape.
+
+    A layer rather than a bare parameter so that Opacus hooks it and DP-SGD can clip its
+    per-sample gradient (its grad sampler is registered in ``fedrl.privacy.dpsgd``, which alone
+    imports Opacus). Its weight is named ``std.log_std``.
+    """
+
+    def __init__(self, action_dim: int) -> None:
+        super().__init__()
+        self.log_std = nn.Parameter(torch.zeros(action_dim))
+
+    def forward(self, mean: torch.Tensor) -> torch.Tensor:
+        """The log-std, broadcast to ``mean``'s shape. Pass ``mean`` detached: only its shape is
+        used, and a module whose inputs need no gradient gets its backward hook (Opacus') from the
+        output's gradient."""
+        return self.log_std.expand_as(mean)
+
+
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs (tanh). Continuous actions use a Gaussian with a
-    state-independent, learned log-std; discrete actions a Categorical over logits."""
+    state-independent, learned log-std (``LogStd``); discrete actions a Categorical over logits.
+
+    Weights in ``state_dict`` order: ``std.log_std`` (continuous only), the critic's, the actor's.
+    """
 
     def __init__(self, spec: PolicySpec) -> None:
         super().__init__()
         self.spec = spec
+        if spec.action_kind == "continuous":
+            self.std = LogStd(spec.action_dim)  # registered first: its weight leads, as the bare parameter did
         self.critic = _mlp(spec.obs_dim, spec.hidden, 1, 1.0)
         self.actor = _mlp(spec.obs_dim, spec.hidden, spec.action_dim, 0.01)
-        if spec.action_kind == "continuous":
-            self.log_std = nn.Parameter(torch.zeros(spec.action_dim))
+
+    @property
+    def log_std(self) -> nn.Parameter:
+        """The Gaussian's log-std parameter (continuous actions only)."""
+        return self.std.log_std
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)
@@ -68,7 +99,7 @@ class ActorCritic(nn.Module):
         out = self.actor(obs)
         if self.spec.action_kind == "discrete":
             return Categorical(logits=out)
-        return Normal(out, self.log_std.exp().expand_as(out))
+        return Normal(out, self.std(out.detach()).exp())
 
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor

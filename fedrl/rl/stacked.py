@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedrl.rl.networks import ActorCritic, PolicySpec
+from fedrl.rl.networks import LOG_STD, ActorCritic, PolicySpec
 
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
@@ -88,7 +88,7 @@ class StackedActorCritic:
             logp = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
             clamped = logits.clamp(min=torch.finfo(logits.dtype).min)
             return logp, -(clamped * torch.softmax(logits, -1)).sum(-1)
-        log_std = self.params["log_std"].unsqueeze(1)  # [K, 1, A]
+        log_std = self.params[LOG_STD].unsqueeze(1)  # [K, 1, A]
         std = log_std.exp().expand_as(out)
         logp = -((actions - out) ** 2) / (2 * std**2) - std.log() - _LOG_SQRT_2PI
         entropy = 0.5 + 0.5 * math.log(2 * math.pi) + std.log()
@@ -103,7 +103,7 @@ class StackedActorCritic:
             action = torch.stack([torch.multinomial(probs[k], 1, generator=g).squeeze(-1)
                                   for k, g in enumerate(generators)])
         else:
-            std = self.params["log_std"].exp().unsqueeze(1).expand_as(out)
+            std = self.params[LOG_STD].exp().unsqueeze(1).expand_as(out)
             noise = torch.stack([torch.randn(out.shape[1:], generator=g) for g in generators])
             action = out + std * noise
         return action, self._log_prob_entropy(out, action)[0]  # the same forward, not a second one

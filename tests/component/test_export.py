@@ -79,3 +79,27 @@ def test_export_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     onnx_missing = __import__("importlib.util").util.find_spec("onnx") is None
     assert main(["export", str(tmp_path / "r"), "--format", "onnx"]) == (2 if onnx_missing else 0)
     assert load_policy(tmp_path / "r")[1]["env_id"] == "CartPole-v1"
+
+
+def test_a_folder_from_before_the_log_std_layer_still_exports(tmp_path: Path) -> None:
+    """Run folders written before the Gaussian log-std became a layer name its weight ``log_std``
+    (now ``std.log_std``); export reads them and acts as on the renamed folder."""
+    run_centralized(from_run_config({**RUNS["pendulum"], "output-dir": str(tmp_path), "run-name": "r"}))
+    run = tmp_path / "r"
+    assert main(["export", str(run)]) == 0
+    obs = np.random.default_rng(0).normal(0, 2, (100, 3)).astype(np.float32)
+    with torch.no_grad():
+        new = torch.jit.load(str(run / "export" / "policy.pt"))(torch.as_tensor(obs)).numpy()
+    written = json.loads((run / "config.json").read_text())
+    assert written["policy"]["weight_names"][0] == "std.log_std"
+    written["policy"]["weight_names"][0] = "log_std"
+    (run / "config.json").write_text(json.dumps(written))
+    for name in ("model.npz", "best_model.npz"):
+        with np.load(run / name) as z:
+            arrays = {("policy/log_std" if k == "policy/std.log_std" else k): z[k] for k in z.files}
+        assert "policy/log_std" in arrays
+        np.savez(run / name, **arrays)
+    assert main(["export", str(run), "--out", str(tmp_path / "old")]) == 0
+    with torch.no_grad():
+        old = torch.jit.load(str(tmp_path / "old" / "policy.pt"))(torch.as_tensor(obs)).numpy()
+    np.testing.assert_array_equal(old, new)

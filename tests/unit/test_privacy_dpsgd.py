@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
+from opacus import GradSampleModule
 from opacus.accountants import RDPAccountant
 
 from fedrl.config import from_run_config
@@ -20,10 +23,13 @@ DPSGD = {"privacy.dpsgd": True, "privacy.dpsgd-noise-multiplier": 1.1, "privacy.
          "algo.local-steps": 512, "algo.hidden": "16", "nodes.count": 2}
 
 
-def test_opacus_handles_the_discrete_policy_and_names_what_it_cannot_handle() -> None:
+PENDULUM = {"env.id": "Pendulum-v1", "env.vary": "g=linspace(9.0, 11.0)", "algo.norm-obs": "off",
+            "algo.norm-reward": "off"}
+
+
+def test_opacus_handles_both_policies_and_names_what_it_cannot_handle() -> None:
     assert module_errors(ActorCritic(PolicySpec(4, "discrete", 2, (16,)))) == []
-    cont = module_errors(ActorCritic(PolicySpec(3, "continuous", 1, (16,))))
-    assert cont and "log_std" in cont[0]
+    assert module_errors(ActorCritic(PolicySpec(3, "continuous", 2, (16,)))) == []
     bn = ActorCritic(PolicySpec(4, "discrete", 2, (16,)))
     bn.critic.append(torch.nn.BatchNorm1d(1))
     assert any("BatchNorm" in e for e in module_errors(bn))
@@ -38,8 +44,6 @@ def test_opacus_handles_the_discrete_policy_and_names_what_it_cannot_handle() ->
     ({"ppo.target-kl": 0.02}, "ppo.target-kl", "depend on the data"),
     ({"algo.norm-obs": "on"}, "algo.norm-obs", "running statistics"),
     ({"algo.num-envs": 2}, "algo.num-envs", "less than one segment"),
-    ({"env.id": "Pendulum-v1", "env.vary": "g=10.0", "algo.norm-obs": "off", "algo.norm-reward": "off"},
-     "privacy.dpsgd", "log_std"),
 ])
 def test_dpsgd_settings_that_cannot_work_fail_before_round_1(over: dict, key: str, words: str) -> None:
     cfg = from_run_config({**DPSGD, **over})
@@ -48,8 +52,38 @@ def test_dpsgd_settings_that_cannot_work_fail_before_round_1(over: dict, key: st
     assert err.value.key == key and words in str(err.value), str(err.value)
 
 
-def test_local_training_accounts_every_step_and_the_history_continues_across_rounds() -> None:
-    cfg = from_run_config(DPSGD)
+def test_per_sample_gradients_of_the_log_std_match_a_loop_over_samples() -> None:
+    """Opacus' per-segment gradients (the log-std's grad sampler, and the Linear layers') equal
+    each segment's gradient computed alone, for a PPO-like loss of log-probs, entropy and values."""
+    torch.manual_seed(0)
+    model = ActorCritic(PolicySpec(3, "continuous", 2, (16,)))
+    with torch.no_grad():
+        model.log_std.copy_(torch.tensor([-0.4, 0.3]))
+    obs, actions, adv = torch.randn(5, 7, 3), torch.randn(5, 7, 2), torch.randn(5, 7)
+
+    def loss(o: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        logp, ent = model.log_prob_entropy(o, a)
+        return -(logp * w).mean() - 0.01 * ent.mean() + 0.5 * model.value(o).pow(2).mean()
+
+    gsm = GradSampleModule(model, loss_reduction="mean")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the first layers' inputs need no gradient
+        loss(obs, actions, adv).backward()
+    batched = {n: p.grad_sample.clone() for n, p in model.named_parameters()}  # type: ignore[union-attr]
+    gsm._close()
+    assert batched["std.log_std"].shape == (5, 2)
+    for i in range(5):
+        model.zero_grad()
+        loss(obs[i:i + 1], actions[i:i + 1], adv[i:i + 1]).backward()
+        for n, p in model.named_parameters():
+            assert p.grad is not None
+            torch.testing.assert_close(batched[n][i], p.grad, rtol=1e-5, atol=1e-6, msg=n)
+    assert float(batched["std.log_std"].abs().sum()) > 0
+
+
+@pytest.mark.parametrize("env", [{}, PENDULUM], ids=["discrete", "continuous"])
+def test_local_training_accounts_every_step_and_the_history_continues_across_rounds(env: dict) -> None:
+    cfg = from_run_config({**DPSGD, **env})
     spec = policy_spec(cfg, variants_of(cfg)[0])
     dp = sample_plan(cfg, ActorCritic(spec))
     assert dp is not None and dp.noise_multiplier == 1.1 and dp.clip == 0.5

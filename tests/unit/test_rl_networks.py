@@ -32,8 +32,8 @@ def test_weight_list_layout() -> None:
     names = weight_names(m)
     w = get_weights(m)
     assert len(names) == len(w)
-    # state_dict order: own parameter log_std first, then critic, then actor
-    assert names[0] == "log_std"
+    # state_dict order: the log-std layer first (registered first), then critic, then actor
+    assert names[0] == "std.log_std"
     assert [tuple(a.shape) for a in w] == [
         (2,),
         (8, 3),

@@ -77,7 +77,7 @@ def test_proximal_term_zero_at_anchor_and_includes_log_std() -> None:
     anchor = [p.detach().clone() for p in model.parameters()]
     assert float(proximal_term(model, Proximal(1.0, anchor)).detach()) == 0.0
     with torch.no_grad():
-        model.log_std += 3.0  # one scalar moved by 3: 0.5 * 1.0 * 9 = 4.5
+        model.log_std.add_(3.0)  # one scalar moved by 3: 0.5 * 1.0 * 9 = 4.5
     torch.testing.assert_close(proximal_term(model, Proximal(1.0, anchor)), torch.tensor(4.5))
 
 
