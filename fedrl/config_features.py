@@ -86,6 +86,10 @@ class TopologyConfig:
                      "gossip: ring, torus, regular (random d-regular), exponential, complete or one-peer "
                      "(time-varying one-peer exponential)")
     degree: int = opt("topology.degree", 4, "gossip with topology.graph = regular: the degree d", ck.positive)
+    consensus_step: float = opt("topology.consensus-step", 1.0,
+                                "gossip: CHOCO's consensus step γ towards the neighbours' public copies (1: plain "
+                                "gossip; compressors that drop more need less, e.g. 0.3 for topk at 10%)",
+                                ck.unit_open_closed)
 
 
 

@@ -75,7 +75,7 @@ class Federation:
             if self.dp is not None and rule.privatizable else rule
         if isinstance(rule, FedBuff):  # DP-FedBuff: each server step is DP-FedAvg's mean of the buffer
             rule.privacy = self.dp
-        self.up = stage(cfg.compression, "up", [w.shape for w in w0])
+        self.up = stage(cfg.compression, "up", [w.shape for w in w0], compensated=cfg.topology.name == "gossip")
         self.down = stage(cfg.compression, "down")
         self.casts = [Broadcaster(self.down, m, cfg.seed, s) for s, m in enumerate(self.rule.models)]
         self.holds: dict[int, int] = {}  # node -> round of the broadcast it holds (downlink compression)

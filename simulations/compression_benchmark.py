@@ -39,7 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark import BIN, REPO, SUITES, Flower, _join
 
 ROUNDS = {"cartpole": 30, "pendulum": 40}  # CartPole: the default num-server-rounds
-UPLINK = ["none", "fp16", "bf16", "quantize", "qsgd", "topk", "topk:0.05", "randk", "sign"]  # name[:fraction[:ef]]
+# name[:fraction[:ef]], or powersgd:r<rank>[:q<factor bits>]
+UPLINK = ["none", "fp16", "bf16", "quantize", "qsgd", "topk", "topk:0.05", "randk", "sign",
+          "powersgd:r1", "powersgd:r2", "powersgd:r4", "powersgd:r1:q8", "powersgd:r2:q8", "powersgd:r4:q8"]
 DOWNLINK = ["fp16", "quantize", "topk"]
 KNOBS = "compression.bits=8 compression.fraction=0.01 compression.levels=16"
 PARAMS_B = 103_715  # parameters of the 224x224 CartPole actor-critic
@@ -73,15 +75,26 @@ def _per_node_round(rows: list[dict], key: str, skip: int = 0) -> float:
 
 
 # --- (a) compressors ------------------------------------------------------------------------
+def _uplink_knobs(up: str) -> tuple[str, str]:
+    """An ``UPLINK`` entry -> (compressor name, run-config knobs)."""
+    name, *rest = up.split(":")
+    if name == "powersgd":
+        rank = next((f[1:] for f in rest if f.startswith("r")), "2")
+        bits = next((f[1:] for f in rest if f.startswith("q")), "0")
+        return name, f"compression.rank={int(rank)} compression.factor-bits={int(bits)}"
+    fraction, ef = (rest + ["", ""])[:2]
+    return name, _join(f"compression.fraction={fraction}" if fraction else "",
+                       f"compression.error-feedback='{ef}'" if ef else "")
+
+
 def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, rep: int, extra: str = "") -> dict:
     name = f"{suite}-up-{up}-down-{down}-{rep}".replace(":", "@")
     shutil.rmtree(out / name, ignore_errors=True)
     common = SUITES[suite]["common"].replace("eval.stop-at-target=true", "eval.stop-at-target=false")
-    up_name, fraction, ef = (up.split(":") + ["", ""])[:3]
-    knobs = _join(KNOBS, f"compression.fraction={fraction}" if fraction else "",
-                  f"compression.error-feedback='{ef}'" if ef else "", extra)
+    up_name, knobs = _uplink_knobs(up)
     rc = _join(common, f"num-server-rounds={ROUNDS[suite]} eval.every=0 seed={rep} output-dir='{out}' "
-                       f"run-name='{name}' {knobs} compression.up='{up_name}' compression.down='{down}'")
+                       f"run-name='{name}' {_join(KNOBS, knobs, extra)} compression.up='{up_name}' "
+                       f"compression.down='{down}'")
     _fedrl(flower, rc, 8)
     summary, rows = _load(out / name)
     return {"up": up, "down": down, "rep": rep, "bytes_up": _per_node_round(rows, "bytes_up"),
@@ -108,16 +121,14 @@ def _paired_loss(base: list[dict], rs: list[dict]) -> float:
     """Median over seeds of the per-seed loss against ``none`` on the same seed (same variants and
     initial model): chaotic divergence between runs is large on Pendulum, so unpaired medians of
     a few seeds can differ by more than any compressor's effect."""
-    by_seed = {r["rep"]: float(np.mean(r["final"])) for r in base}
-    losses = [100 * (by_seed[r["rep"]] - float(np.mean(r["final"]))) / abs(by_seed[r["rep"]])
-              for r in rs if r.get("rep") in by_seed]
+    losses = _paired_losses(base, rs)
     return statistics.median(losses) if losses else float("nan")
 
 
 def compressor_table(results: dict[str, list[dict]]) -> None:
     print("\n(a) compressors: bytes per node per round (medians), final eval return per variant")
     print("    loss %: of the median return against none's; paired %: median over seeds of the same-seed loss")
-    print(f"{'suite':<9}{'up':<9}{'down':<9}{'bytes up':>10}{'x fewer':>9}{'bytes down':>11}{'x fewer':>9}"
+    print(f"{'suite':<9}{'up':<16}{'down':<9}{'bytes up':>10}{'x fewer':>9}{'bytes down':>11}{'x fewer':>9}"
           f"{'mean ret':>10}{'loss %':>8}{'paired %':>9}  per variant")
     for suite in ("cartpole", "pendulum"):
         base = results.get(f"{suite}/none/none")
@@ -135,8 +146,52 @@ def compressor_table(results: dict[str, list[dict]]) -> None:
             finals = [statistics.median(x) for x in zip(*[r["final"] for r in rs], strict=True)]
             ret = statistics.median(float(np.mean(r["final"])) for r in rs)
             loss = 100 * (b_ret - ret) / abs(b_ret)  # positive: worse than none
-            print(f"{suite:<9}{up:<9}{down:<9}{bu:>10,.0f}{b_up / bu:>9.2f}{bd:>11,.0f}{b_down / bd:>9.2f}"
+            print(f"{suite:<9}{up:<16}{down:<9}{bu:>10,.0f}{b_up / bu:>9.2f}{bd:>11,.0f}{b_down / bd:>9.2f}"
                   f"{ret:>10.1f}{loss:>8.1f}{_paired_loss(base, rs):>9.1f}  {' '.join(f'{f:.0f}' for f in finals)}")
+
+
+def _paired_losses(base: list[dict], rs: list[dict]) -> list[float]:
+    by_seed = {r["rep"]: float(np.mean(r["final"])) for r in base}
+    return [100 * (by_seed[r["rep"]] - float(np.mean(r["final"]))) / abs(by_seed[r["rep"]])
+            for r in rs if r.get("rep") in by_seed]
+
+
+def frontier_plot(results: dict[str, list[dict]], path: Path) -> None:
+    """Bytes up (x fewer than float32) against paired loss (median over seeds, bars: min to max),
+    one panel per suite, uplink compressors only; dashed: the 5% loss line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    suites = [s for s in ("cartpole", "pendulum") if f"{s}/none/none" in results]
+    if not suites:
+        return
+    fig, axes = plt.subplots(1, len(suites), figsize=(6.5 * len(suites), 4.8), squeeze=False)
+    for ax, suite in zip(axes[0], suites, strict=True):
+        base = results[f"{suite}/none/none"]
+        b_up = statistics.median(r["bytes_up"] for r in base)
+        for key, rs in results.items():
+            s, up, down = key.split("/")
+            if s != suite or down != "none" or up == "none":
+                continue
+            losses = _paired_losses(base, rs)
+            if not losses:
+                continue
+            x = b_up / statistics.median(r["bytes_up"] for r in rs)
+            med = statistics.median(losses)
+            ax.errorbar([x], [med], yerr=[[med - min(losses)], [max(losses) - med]], fmt="o", capsize=3,
+                        color="tab:red" if up.startswith("powersgd") else "tab:blue")
+            ax.annotate(up, (x, med), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.axhline(5, ls="--", color="gray", lw=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("uplink bytes: x fewer than float32")
+        ax.set_ylabel("paired loss of final mean return, % (median over seeds)")
+        ax.set_title(f"{suite}: {len(base)} seed(s); red: PowerSGD")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"frontier plot: {path}")
 
 
 # --- (b) secure aggregation -----------------------------------------------------------------
@@ -212,6 +267,7 @@ def main() -> int:
     ap.add_argument("--suite", choices=["cartpole", "pendulum"], action="append", help="(a): only this suite")
     ap.add_argument("--set", default="", help="(a): extra run-config for every run, e.g. \"ppo.lr=0.001\"")
     ap.add_argument("--out", type=Path, default=REPO / "simulations" / "results-compression")
+    ap.add_argument("--plot", type=Path, default=None, help="(a): frontier PNG (default: OUT/compression_frontier.png)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.nodes.split(",") if s.strip()]
     if any(n < 2 for n in sizes) or not math.isfinite(args.reps) or args.reps < 1:
@@ -236,6 +292,7 @@ def main() -> int:
         flower.stop()
     if comp:
         compressor_table(comp)
+        frontier_plot(comp, args.plot or args.out / "compression_frontier.png")
     if sec:
         secagg_table(sec, sizes)
     (args.out / "compression_benchmark.json").write_text(json.dumps({"compressors": comp, "secagg": sec}, indent=1))

@@ -77,9 +77,12 @@ class Stage:
         return self.compressor.name != "none"
 
 
-def stage(cc: CompressionConfig, direction: str, shapes: Sequence[tuple[int, ...]] | None = None) -> Stage:
+def stage(cc: CompressionConfig, direction: str, shapes: Sequence[tuple[int, ...]] | None = None, *,
+          compensated: bool = False) -> Stage:
     """The ``compression.up`` (``direction="up"``) or ``compression.down`` stage of a config;
-    ``shapes`` are the model's tensor shapes (``get_weights`` order), which ``powersgd`` needs.
+    ``shapes`` are the model's tensor shapes (``get_weights`` order), which ``powersgd`` needs;
+    ``compensated``: the topology makes up for what compression drops itself (CHOCO gossip's
+    public copies, ``fedrl.topology.choco``), so ``error-feedback = auto`` means off.
 
     Raises:
         ValueError: ``powersgd`` without ``shapes``.
@@ -89,7 +92,7 @@ def stage(cc: CompressionConfig, direction: str, shapes: Sequence[tuple[int, ...
                            rank=cc.rank, factor_bits=cc.factor_bits, shapes=shapes)
     mode = cc.error_feedback
     if mode == "auto":
-        mode = "on" if name in BIASED else "off"
+        mode = "on" if name in BIASED and not compensated else "off"
     if name == "none" or direction == "down":
         mode = "off"  # the downlink broadcast already resends what compression dropped
     return Stage(comp, mode)

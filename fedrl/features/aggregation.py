@@ -32,8 +32,8 @@ def _asynchronous(features: tuple[str, ...], key: str, why: str) -> Rule:
                 lambda cfg: f"strategy.name = {cfg.strategy.name} does not combine with {key}: {why}")
 
 
-_GOSSIP_CLEAR = ("nodes exchange full float32 models in the clear, and per-node observation statistics are not "
-                 "mixed")
+_GOSSIP_CLEAR = ("nodes exchange models (or compressed differences to their public copies) in the clear, and "
+                 "per-node observation statistics are not mixed")
 _EDGES_CLEAR = "it aggregates per edge in the clear, with per-edge observation statistics left out"
 
 AGGREGATION = (
@@ -52,7 +52,11 @@ AGGREGATION = (
                          f"{cfg.fraction_train:g} selects only {cfg.nodes_per_round} of {cfg.nodes.count}"),
         _unless("gossip", _GOSSIP_CLEAR, ("secagg",), "secagg.enabled"),
         _unless("gossip", _GOSSIP_CLEAR, ("privacy",), "privacy.mode"),
-        _unless("gossip", _GOSSIP_CLEAR, ("uplink-compression",), "compression.up"),
+        Rule(("error-feedback", "ef21"), "compression.error-feedback", "compressed gossip keeps public copies "
+             "(CHOCO), which already resend what compression dropped",
+             lambda cfg: f"topology.name = gossip with compression.error-feedback = "
+                         f"{cfg.compression.error_feedback}: compressed gossip keeps public copies (CHOCO), which "
+                         "already resend what compression dropped; use auto or off"),
         _unless("gossip", _GOSSIP_CLEAR, ("downlink-compression",), "compression.down"),
         _unless("gossip", _GOSSIP_CLEAR, ("norm-obs",), "algo.norm-obs"),
     )),

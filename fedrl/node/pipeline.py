@@ -66,8 +66,9 @@ def build_pipeline(setup: NodeSetup, node: int) -> NodePipeline:
     is_gossip = cfg.topology.name == "gossip"
     attack = setup.attacks.get(node)  # None: an honest node
 
-    receive: NodeStage[RoundStart, Received] = (stages.ReceiveGossip(setup.template) if is_gossip
-                                                 else stages.ReceiveBroadcast(setup.down, setup.template))
+    receive: NodeStage[RoundStart, Received] = (
+        stages.ReceiveGossip(setup.template, cfg.topology.consensus_step, setup.up.active) if is_gossip
+        else stages.ReceiveBroadcast(setup.down, setup.template))
     prepare = (stages.StartFromResidual(cfg, setup.up),) if setup.up.error_feedback and not secure else ()
 
     train = stages.TrainLocally(cfg, setup.algorithm, setup.spec, setup.variants[node], setup.env_kwargs,
@@ -90,7 +91,9 @@ def build_pipeline(setup: NodeSetup, node: int) -> NodePipeline:
     if not secure:
         if is_gossip:
             encode.append(stages.GossipStep(cfg.strategy.server_lr))
-        if setup.up.active:
+        if is_gossip and setup.up.active:
+            encode.append(stages.ChocoCompress(setup.up))
+        elif setup.up.active:
             encode.append(stages.CompressEF21(setup.up) if setup.up.ef21 else stages.Compress(setup.up, cfg))
 
     return NodePipeline(receive, prepare, train, tuple(attacks), tuple(private), tuple(encode))

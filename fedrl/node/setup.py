@@ -49,7 +49,7 @@ def node_setup(cfg: Config) -> NodeSetup:
     spec = policy_spec(cfg, variants[0])
     model = algorithm.model_for(cfg)(spec)
     template = get_weights(model)
-    up = stage(cfg.compression, "up", [w.shape for w in template])
+    up = stage(cfg.compression, "up", [w.shape for w in template], compensated=cfg.topology.name == "gossip")
     return NodeSetup(cfg, algorithm, variants, spec, template, up, stage(cfg.compression, "down"),
                      dict(parse_kwargs(cfg.env.kwargs)),
                      plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in template)),

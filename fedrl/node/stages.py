@@ -31,7 +31,7 @@ from fedrl.privacy.node import PRIVATE_METRICS, privatize
 from fedrl.privacy.plan import PrivacyPlan
 from fedrl.rl.networks import PolicySpec
 from fedrl.seeding import ATTACK, numpy_rng
-from fedrl.topology import gossip
+from fedrl.topology import choco, gossip
 from fedrl.topology.gossip import Mix
 from fedrl.wire import LocalPlan, LocalResult, uplink_scale
 
@@ -82,15 +82,19 @@ class ReceiveBroadcast:
 @dataclass(frozen=True)
 class ReceiveGossip:
     """Gossip: the node's own model (from its state, or the plan) mixed with the neighbours' models
-    the server relayed (``fedrl.topology.gossip.receive``)."""
+    the server relayed (``fedrl.topology.gossip.receive_public``); with compressed gossip
+    (``public``) the node keeps the public copy it mixed with, for ``ChocoCompress``."""
 
     template: list[np.ndarray]
+    gamma: float = 1.0  # topology.consensus-step
+    public: bool = False  # compressed gossip (CHOCO): keep the public copy
     name: ClassVar[str] = "gossip-mix"
 
     def __call__(self, start: RoundStart) -> Received:
         if not isinstance(start.downlink, Mix):
             raise WrongPlan("a gossip run's plan carries no gossip mix")
-        return Received(start.plan, start.held, gossip.receive(start.downlink, start.held.arrays, self.template), {})
+        weights, public = gossip.receive_public(start.downlink, start.held.arrays, self.template, self.gamma)
+        return Received(start.plan, start.held, weights, {choco.PUBLIC_KEY: flatten(public)} if self.public else {})
 
 
 @dataclass(frozen=True)
@@ -258,3 +262,17 @@ class Compress(_Uplink):
         scale = uplink_scale(self.cfg, self.up, u.plan.round)
         update, kept = node_encode(u.delta / scale, self.up, self.rng(u.plan), u.held.arrays)
         return dataclasses.replace(u, update=update, kept={**u.kept, **kept})
+
+
+@dataclass(frozen=True)
+class ChocoCompress(_Uplink):
+    """Compressed gossip (CHOCO, ``fedrl.topology.choco``): send the compressed difference between
+    the model the node keeps and its public copy, and advance the public copy by what was sent
+    (as the server does on receipt)."""
+
+    def __call__(self, u: NodeUpdate) -> NodeUpdate:
+        public = u.kept[choco.PUBLIC_KEY]
+        update, kept = node_encode(flatten(u.trained) - public, self.up, self.rng(u.plan), u.held.arrays)
+        decoded = unflatten(self.up.compressor.decode(update), u.trained)
+        advanced = flatten(choco.advance(unflatten(public, u.trained), decoded))
+        return dataclasses.replace(u, update=update, kept={**u.kept, **kept, choco.PUBLIC_KEY: advanced})

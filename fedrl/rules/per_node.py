@@ -51,7 +51,9 @@ class Gossip(Local):
         return "gossip"
 
     def node_models(self, rnd: int) -> list[Model]:
-        return self.relay.mixed(rnd, self.models)
+        """What each node trains from next, as far as the server knows: under compression it holds
+        the public copies, not the nodes' own models (``fedrl.topology.choco``)."""
+        return self.relay.mixed(rnd, self.models, self.cfg.topology.consensus_step)
 
     def server_model(self, rnd: int) -> Model:
         return cloud_average(self.node_models(rnd), [1.0] * len(self.models))

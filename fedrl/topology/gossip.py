@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedrl.compression.pipeline import flatten, unflatten
+from fedrl.topology import choco
 from fedrl.topology.graphs import graph, metropolis_hastings
 
 MODEL_KEY, ROUND_KEY = "gossip.model", "gossip.round"
@@ -59,25 +60,43 @@ def mix(self_weight: float, own: Sequence[np.ndarray], peers: Sequence[tuple[flo
     return [a.astype(np.float32) for a in out]
 
 
-def receive(m: Mix, state: dict[str, np.ndarray], like: list[np.ndarray]) -> list[np.ndarray]:
-    """Node side: the weights to train from.
+def receive(m: Mix, state: dict[str, np.ndarray], like: list[np.ndarray], gamma: float = 1.0) -> list[np.ndarray]:
+    """Node side: the weights to train from (``receive_public`` without the public copy)."""
+    return receive_public(m, state, like, gamma)[0]
+
+
+def receive_public(m: Mix, state: dict[str, np.ndarray], like: list[np.ndarray], gamma: float = 1.0
+                   ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Node side: the weights to train from, and the node's public copy (``fedrl.topology.choco``).
+
+    The node's own model comes from its state, or from the plan when the server sends it; its
+    public copy from its state (``choco.PUBLIC_KEY``, kept under compression), else it is the own
+    model (uncompressed gossip, where the server holds exactly that). The relayed peers' models
+    are their public copies. Without a public copy and with ``gamma = 1`` the start is the mix
+    itself (plain gossip); otherwise ``choco.start``.
 
     Raises:
         StaleModel: the plan relies on an own model this node does not hold.
         ValueError: a model of the wrong shapes.
     """
-    if m.own is not None:
+    public = None
+    if m.own is not None:  # the server's copy of this node's model: both its model and public copy now
         own = [np.asarray(w, np.float32) for w in m.own]
     else:
         held = int(state[ROUND_KEY][0]) if ROUND_KEY in state else None
         if held != m.own_round or MODEL_KEY not in state:
             raise StaleModel(f"mixes with its round-{m.own_round} model, holds round {held}")
         own = unflatten(state[MODEL_KEY].astype(np.float32), like)
+        if choco.PUBLIC_KEY in state:
+            public = unflatten(state[choco.PUBLIC_KEY].astype(np.float32), like)
     if len(own) != len(like) or any(a.shape != b.shape for a, b in zip(own, like, strict=True)):
         raise ValueError("the node's own model has the wrong shapes")
     if not (np.isfinite(m.self_weight) and all(np.isfinite(w) for _, w, _ in m.peers)):
         raise ValueError("non-finite mixing weights")
-    return mix(m.self_weight, own, [(w, model) for _, w, model in m.peers])
+    mixed = mix(m.self_weight, own if public is None else public, [(w, model) for _, w, model in m.peers])
+    if public is None and gamma == 1.0:
+        return mixed, own
+    return choco.start(own, own if public is None else public, mixed, gamma), own if public is None else public
 
 
 def after_training(start: list[np.ndarray], trained: list[np.ndarray], step: float, rnd: int
@@ -132,6 +151,13 @@ class Relay:
         peers = [(j, float(w[node, j]), models[j]) for j in range(self.n) if j != node and w[node, j] > 0]
         return Mix(float(w[node, node]), self.trained[node], own, peers)
 
-    def mixed(self, rnd: int, models: Sequence[list[np.ndarray]]) -> list[list[np.ndarray]]:
-        """Every node's model after round ``rnd``'s mixing (round 0: the models themselves)."""
-        return [list(m) for m in models] if rnd == 0 else mixed_models(self.weights(rnd), models)
+    def mixed(self, rnd: int, models: Sequence[list[np.ndarray]], gamma: float = 1.0) -> list[list[np.ndarray]]:
+        """Every node's model after round ``rnd``'s mixing (round 0: the models themselves); with
+        ``gamma < 1`` the CHOCO step ``x + gamma * (mix - x)`` (``fedrl.topology.choco``), with the
+        server's copies standing in for the nodes' own models."""
+        if rnd == 0:
+            return [list(m) for m in models]
+        mixed = mixed_models(self.weights(rnd), models)
+        if gamma == 1.0:
+            return mixed
+        return [choco.start(x, x, m, gamma) for x, m in zip(models, mixed, strict=True)]

@@ -98,7 +98,6 @@ def test_ring_nodes_drift_apart_and_a_missed_reply_is_recovered() -> None:
     ({"topology.graph": "regular", "topology.degree": 1, "nodes.count": 6}, "topology.degree"),
     ({"strategy.name": "krum"}, "strategy.name"),
     ({"fraction-train": 0.5}, "fraction-train"),
-    ({"compression.up": "quantize"}, "compression.up"),
     ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0}, "privacy.mode"),
     ({"nodes.count": 1, "min-train-nodes": 1}, "nodes.count"),
 ])

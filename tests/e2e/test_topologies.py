@@ -22,16 +22,23 @@ def test_hierarchical_solves_heterogeneous_cartpole_and_counts_the_cloud_tier(fl
     assert summary["bytes_cloud_total"] == rows[-1]["bytes_cloud"]
 
 
-@pytest.mark.parametrize("graph", ["ring", "exponential"])
-def test_gossip_solves_heterogeneous_cartpole_on_every_node(flower: LocalFlower, tmp_path: Path, graph: str) -> None:
-    """No global model: the worst node's mixed model, on its own variant, reaches 475."""
+@pytest.mark.parametrize(("graph", "up"), [("ring", "none"), ("exponential", "quantize")])
+def test_gossip_solves_heterogeneous_cartpole_on_every_node(flower: LocalFlower, tmp_path: Path, graph: str,
+                                                            up: str) -> None:
+    """No global model: the worst node's mixed model, on its own variant, reaches 475; on the
+    exponential graph nodes send 8-bit codes of the change to their public copies (CHOCO)."""
     # One message per node (no cohorts): the bytes below count every node's relayed neighbours.
-    summary, rows = flower.solve(f"topology.name='gossip' topology.graph='{graph}' eval.episodes=3 "
-                                 "eval.stop-at-target=true", tmp_path / "runs", "g", timeout=900)
+    summary, rows = flower.solve(f"topology.name='gossip' topology.graph='{graph}' compression.up='{up}' "
+                                 "eval.episodes=3 eval.stop-at-target=true", tmp_path / "runs", "g", timeout=900)
     assert all(r["consensus_distance"] >= 0 for r in rows) and len(summary["eval_cross"]) == 8
     # each round every node gets its neighbours' float32 models: at least degree x 9,155 x 4 bytes
     degree = {"ring": 2, "exponential": 5}[graph]
     assert all(r2["bytes_down"] - r1["bytes_down"] > 8 * degree * 9155 * 4 for r1, r2 in itertools.pairwise(rows))
+    up_per_round = [r2["bytes_up"] - r1["bytes_up"] for r1, r2 in itertools.pairwise(rows)]
+    if up == "quantize":  # 1 byte a weight, against 4
+        assert all(8 * 9155 < b < 8 * 9155 * 4 / 3 for b in up_per_round), up_per_round
+    else:
+        assert all(b > 8 * 9155 * 4 for b in up_per_round), up_per_round
 
 
 def test_fedbuff_solves_heterogeneous_cartpole_with_slow_nodes(flower: LocalFlower, tmp_path: Path) -> None:
