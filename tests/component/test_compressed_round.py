@@ -137,3 +137,20 @@ def test_observation_moments_travel_in_the_config_record_and_are_checked() -> No
     rec.config_records["reply"]["mom"] = [1.0, 2.0]
     with pytest.raises(codec.WireError, match="mom"):
         codec.decode_reply(rec)
+
+
+@pytest.mark.parametrize("up", ["quantize", "powersgd"])
+def test_hierarchical_edges_step_by_their_own_nodes_compressed_updates(up: str) -> None:
+    """Node -> edge uplinks compressed: each edge moves by the mean of its own nodes' decoded updates."""
+    fed = _fed(**{"compression.up": up, "strategy.server-lr": 1.0, "topology.name": "hierarchical",
+                  "topology.edges": 2, "topology.cloud-every": 5})
+    fed.begin_round(1)
+    before = [flatten(m) for m in fed.models]
+    shifts = {0: 0.01, 1: 0.03, 2: 0.05}
+    replies = [_reply(fed, n, shifts[n], 1) for n in range(3)]
+    assert all(fed.validate(r, r.node) is None for r in replies)
+    fed.aggregate(replies, 1)
+    for e in range(2):
+        mine = [shifts[n] for n in range(3) if fed.rule.edge_of[n] == e]  # type: ignore[attr-defined]
+        moved = flatten(fed.models[e]) - before[e]
+        assert abs(float(moved.mean()) - float(np.mean(mine))) < 2e-3, (e, mine)

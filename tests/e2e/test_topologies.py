@@ -14,11 +14,13 @@ pytestmark = pytest.mark.slow
 
 def test_hierarchical_solves_heterogeneous_cartpole_and_counts_the_cloud_tier(flower: LocalFlower,
                                                                               tmp_path: Path) -> None:
+    """Node -> edge uplinks are 8-bit codes; the edge <-> cloud tier moves float32 models."""
     summary, rows = flower.solve("topology.name='hierarchical' topology.edges=2 topology.cloud-every=2 eval.every=2 "
-                                 "eval.episodes=3 eval.stop-at-target=true nodes.cohort-size=4", tmp_path / "runs", "h",
-                                 timeout=900)
+                                 "eval.episodes=3 eval.stop-at-target=true nodes.cohort-size=4 "
+                                 "compression.up='quantize'", tmp_path / "runs", "h", timeout=900)
     # every second round each of the 2 edges sends its model up and gets the cloud's back (float32)
     assert all(r["bytes_cloud"] == (r["round"] // 2) * 2 * 2 * 4 * 9155 for r in rows), rows
+    assert summary["bytes_up_total"] < len(rows) * 8 * 9155 * 4 / 3  # about a byte a weight, not four
     assert summary["bytes_cloud_total"] == rows[-1]["bytes_cloud"]
 
 
