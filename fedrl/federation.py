@@ -44,6 +44,7 @@ from fedrl.rl.train import uses_norm
 from fedrl.rules import registry
 from fedrl.rules.asynchronous import Asynchronous, FedBuff
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
+from fedrl.rules.per_node import Gossip
 from fedrl.rules.private import Private
 from fedrl.selection import Selector
 from fedrl.topology.gossip import Mix
@@ -73,7 +74,7 @@ class Federation:
                                         frozenset(attackers(cfg))))
         self.rule: ServerRule = Private(rule, self.dp, self.dp_denominator) \
             if self.dp is not None and rule.privatizable else rule
-        if isinstance(rule, FedBuff):  # DP-FedBuff: each server step is DP-FedAvg's mean of the buffer
+        if isinstance(rule, (FedBuff, Gossip)):  # DP-FedBuff's server steps; gossip's per-node local DP
             rule.privacy = self.dp
         self.up = stage(cfg.compression, "up", [w.shape for w in w0], compensated=cfg.topology.name == "gossip")
         self.down = stage(cfg.compression, "down")

@@ -51,7 +51,10 @@ AGGREGATION = (
              lambda cfg: f"topology.name = gossip trains and mixes every node every round; fraction-train = "
                          f"{cfg.fraction_train:g} selects only {cfg.nodes_per_round} of {cfg.nodes.count}"),
         _unless("gossip", _GOSSIP_CLEAR, ("secagg",), "secagg.enabled"),
-        _unless("gossip", _GOSSIP_CLEAR, ("privacy",), "privacy.mode"),
+        Rule(("privacy-central", "privacy-distributed"), "privacy.mode", "there is no server sum to noise: each "
+             "node's model goes to its neighbours (local DP noises it on the node)",
+             lambda cfg: f"topology.name = gossip with privacy.mode = {cfg.privacy.mode}: there is no server sum to "
+                         "noise, each node's model goes to its neighbours; use privacy.mode = local"),
         Rule(("error-feedback", "ef21"), "compression.error-feedback", "compressed gossip keeps public copies "
              "(CHOCO), which already resend what compression dropped",
              lambda cfg: f"topology.name = gossip with compression.error-feedback = "

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from fedrl.compression.downlink import Broadcaster, Downlink
+from fedrl.privacy.server import ServerPrivacy
 from fedrl.rules.base import Model, RuleSetup, Saved, ServerRule, Update
 from fedrl.topology.gossip import Mix, Relay, consensus_distance
 from fedrl.topology.hierarchy import cloud_average
@@ -46,6 +47,10 @@ class Gossip(Local):
         super().__init__(setup)
         t, cfg = setup.cfg.topology, setup.cfg
         self.relay = Relay(t.graph, cfg.nodes.count, t.degree, cfg.seed)
+        # privacy.mode = local (set by the Federation): every node noises its own update, every
+        # round; one ledger step per round is the epsilon of a node that took part in every round,
+        # the worst node's.
+        self.privacy: ServerPrivacy | None = None
 
     def label(self) -> str:
         return "gossip"
@@ -72,6 +77,8 @@ class Gossip(Local):
         super().aggregate(updates, rnd)
         for u in updates:
             self.relay.trained[u.node] = rnd
+        if self.privacy is not None:  # every node was planned and noised its update this round
+            self.privacy.ledger.step(self.privacy.plan.z, self.privacy.plan.q)
 
     def state_dict(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         meta, arrays = super().state_dict()

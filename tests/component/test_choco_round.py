@@ -1,11 +1,13 @@
-"""Compressed gossip (CHOCO, ``fedrl.topology.choco``) through the real node pipeline and wire codec:
-node and server hold the same public copies bit for bit, a lost reply is recovered from the
-server's copy, and the settings that cannot combine are refused."""
+"""Gossip through the real node pipeline and wire codec, compressed (CHOCO, ``fedrl.topology.choco``)
+and locally private: node and server hold the same public copies bit for bit, a lost reply is
+recovered from the server's copy, local DP noises every node's model and accounts every round,
+and the settings that cannot combine are refused."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from opacus.accountants import RDPAccountant
 
 from fedrl.compression.pipeline import flatten
 from fedrl.config import from_run_config
@@ -82,7 +84,30 @@ def test_uncompressed_gossip_keeps_no_public_copy() -> None:
     assert all(PUBLIC_KEY not in s.arrays for s in states)
 
 
+def test_local_dp_gossip_noises_every_node_and_accounts_every_round() -> None:
+    """privacy.mode = local: each node's update is clipped to C and noised with std z C before it
+    leaves (so its model moves by about that noise), and the run's epsilon is one accountant step
+    (z, q = 1) per round: the epsilon of a node in every round, the worst node's."""
+    dp = {"privacy.mode": "local", "privacy.noise-multiplier": 0.8, "privacy.clip-norm": 0.5}
+    fed = Federation(from_run_config({**SMALL, **dp, "compression.up": "quantize"}))
+    assert fed.cfg.strategy.server_lr == 2.0
+    states = [NodeState({}) for _ in range(4)]
+    start = flatten(fed.rule.models[0])
+    _rounds(fed, states, 2)
+    acc = RDPAccountant()
+    acc.history = [(0.8, 1.0, 2)]
+    assert fed.epsilon() == pytest.approx(acc.get_epsilon(delta=1e-5), rel=1e-9)
+    # the noise dominates what training moves (std 0.05 without DP): round 1 adds N(0, 0.4^2) per
+    # coordinate, stepped by server-lr 2; the ring mix averages 3 nodes' (std 0.8 / sqrt(3)); round 2
+    # adds 0.8 again: sqrt(0.8^2 / 3 + 0.8^2) = 0.924
+    moved = [float(np.std(states[n].arrays[MODEL_KEY] - start)) for n in range(4)]
+    assert all(m == pytest.approx(0.924, rel=0.1) for m in moved), moved
+    for n in range(4):  # the public copies still agree
+        np.testing.assert_array_equal(flatten(fed.rule.models[n]), states[n].arrays[PUBLIC_KEY])
+
+
 @pytest.mark.parametrize(("over", "key"), [
+    ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0}, "privacy.mode"),
     ({"compression.up": "topk", "compression.error-feedback": "on"}, "compression.error-feedback"),
     ({"compression.down": "quantize"}, "compression.down"),
     ({"topology.consensus-step": 0.0}, "topology.consensus-step"),
