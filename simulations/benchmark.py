@@ -39,7 +39,7 @@ SUITES: dict[str, dict[str, str]] = {
         "common": "env.id='Pendulum-v1' env.vary='g=linspace(8.0, 12.0); m=linspace(0.8, 1.2)' "
                   "num-server-rounds=48 eval.target-return='-200' eval.every=4 eval.stop-at-target=true "
                   "ppo.num-steps=128 algo.local-steps=1024 ppo.lr=0.0003 "
-                  "ppo.update-epochs=10 ppo.num-minibatches=32",
+                  "ppo.update-epochs=10 ppo.num-minibatches=32 strategy.server-lr-end=-1",  # as the preset
     },
 }
 

@@ -37,6 +37,12 @@ _GOSSIP_CLEAR = ("nodes exchange models (or compressed differences to their publ
 _EDGES_CLEAR = "it aggregates per edge in the clear, with per-edge observation statistics left out"
 
 AGGREGATION = (
+    Feature("robust-edge-rule", "topology.edge-rule", "topology.edge-rule is a robust rule",
+            lambda cfg: cfg.topology.name == "hierarchical" and cfg.topology.edge_rule != "fedavg", excludes=(Rule(
+                ("privacy",), "topology.edge-rule", "the noise is calibrated to the sensitivity of a sum, not of a "
+                "robust rule",
+                lambda cfg: f"topology.edge-rule = {cfg.topology.edge_rule} with privacy.mode = {cfg.privacy.mode}: "
+                            "the noise is calibrated to the sensitivity of a sum, not of a robust rule; use fedavg"),)),
     setting("robust-rule", "strategy.name", *ROBUST_RULES, excludes=(Rule(
         ("privacy",), "strategy.name", "the noise is calibrated to the sensitivity of a sum, not of a robust rule",
         lambda cfg: f"{cfg.strategy.name} with privacy.mode = {cfg.privacy.mode}: the noise is calibrated to the "
@@ -68,8 +74,14 @@ AGGREGATION = (
              lambda cfg: f"topology.name = hierarchical with strategy.name = {cfg.strategy.name}: edges and cloud "
                          "average (FedAvg with strategy.server-lr); use fedavg or fedprox"),
         _unless("hierarchical", _EDGES_CLEAR, ("secagg",), "secagg.enabled"),
-        _unless("hierarchical", _EDGES_CLEAR, ("privacy",), "privacy.mode"),
-        _unless("hierarchical", _EDGES_CLEAR, ("norm-obs",), "algo.norm-obs"),
+        Rule(("privacy-adaptive-clip",), "privacy.adaptive-clip", "each edge releases its own noised sum; one "
+             "clip norm moved by several edges a round is not supported",
+             lambda cfg: "topology.name = hierarchical with privacy.adaptive-clip: each edge releases its own noised "
+                         "sum, and one clip norm moved by several edges a round is not supported"),
+        Rule(("privacy-audit",), "privacy.audit-canaries", "each edge releases its own noised sum; the audit plants "
+             "canaries in one",
+             lambda cfg: "topology.name = hierarchical with privacy.audit-canaries: each edge releases its own noised "
+                         "sum, and the audit plants its canaries in one server sum"),
     )),
     setting("asynchronous-rule", "strategy.name", *ASYNC_RULES, excludes=(
         _asynchronous(("fraction-train",), "fraction-train", "asynchronous rules dispatch every idle node (bound it "

@@ -33,7 +33,20 @@ class ServerPrivacy:
 
     def mean(self, deltas: list[np.ndarray], selected: float, rnd: int,
              below: list[float | None] | None = None) -> np.ndarray:
-        """DP-FedAvg's server step (McMahan et al. 2018), and one step of the ledger.
+        """DP-FedAvg's server step (McMahan et al. 2018), and one step of the ledger
+        (``noised_mean``, then ``account``)."""
+        out = self.noised_mean(deltas, selected, rnd, below)
+        self.account()
+        return out
+
+    def account(self) -> None:
+        """One step of the ledger: one more release of a mechanism with ``(z, q)``."""
+        self.ledger.step(self.plan.z, self.plan.q)
+
+    def noised_mean(self, deltas: list[np.ndarray], selected: float, rnd: int,
+                    below: list[float | None] | None = None) -> np.ndarray:
+        """DP-FedAvg's mean of ``deltas`` without the ledger step (a caller releasing several
+        disjoint sums in one round, such as the edges of a hierarchy, accounts once).
 
         Nodes are weighted equally (so one node moves the sum by at most ``C``): central mode clips
         every update to ``C`` again (a node's own clipping is not trusted), adds N(0, (zC)^2) to
@@ -61,7 +74,6 @@ class ServerPrivacy:
             if p.adaptive:
                 count = sum(b == 1.0 for b in below or []) + float(gaussian(1, p.count_std, self._noise_rng)[0])
                 self.clip *= math.exp(-p.clip_lr * (count / max(selected, 1) - p.quantile))
-        self.ledger.step(p.z, p.q)
         return out
 
     def distributed_mean(self, total: np.ndarray, survivors: int, selected: float) -> np.ndarray:

@@ -10,6 +10,7 @@ weighted by their node counts) and every edge takes the result. Node -> edge com
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 from fedrl.aggregation.fedavg import weighted_mean
 from fedrl.aggregation.robust import robust_aggregate
 from fedrl.compression.pipeline import flatten, unflatten
+from fedrl.privacy.server import ServerPrivacy
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
 from fedrl.topology.hierarchy import assign_edges, cloud_model
 
@@ -31,6 +33,11 @@ class Hierarchical(ServerRule):
         self.attackers = setup.attackers
         self.n_params = setup.n_params
         self.bytes_cloud = 0  # edge <-> cloud traffic (float32 models)
+        # Client-level DP at the edge (set by the Federation): each edge releases DP-FedAvg's mean of
+        # its nodes' updates; ``selected(rnd)`` is the federation's denominator, shared by the edges
+        # in proportion to their nodes.
+        self.privacy: ServerPrivacy | None = None
+        self.selected: Callable[[int], float] = lambda rnd: float(len(self.edge_of))
 
     def label(self) -> str:
         return "hierarchical"
@@ -49,7 +56,10 @@ class Hierarchical(ServerRule):
             mine = [u for u in updates if self.edge_of[u.node] == e]
             if not mine:
                 continue
-            if t.edge_rule == "fedavg":
+            if self.privacy is not None:  # DP at the edge: equal weights, clipped, noised, data-independent divisor
+                share = self.selected(rnd) * self.edge_of.count(e) / len(self.edge_of)
+                mean = self.privacy.noised_mean([flatten(u.delta) for u in mine], share, rnd)
+            elif t.edge_rule == "fedavg":
                 mean = flatten(weighted_mean([u.delta for u in mine], [u.reply.env_steps for u in mine]))
             else:  # per edge: its own nodes' updates, strategy.byzantine of them hostile
                 f = s.byzantine if s.byzantine >= 0 else len(self.attackers & {u.node for u in mine})
@@ -63,6 +73,10 @@ class Hierarchical(ServerRule):
             # the same step as the star's (strategy.server-lr; the optimizer is stateless)
             self.models[e] = unflatten(self.optimizer.step(flatten(self.models[e]), mean, self.server_lr(rnd)),
                                        self.models[e])
+        if self.privacy is not None:
+            # The edges' sums are over disjoint nodes, so one node's data reaches one noised sum:
+            # the round is one mechanism per node (parallel composition), one ledger step.
+            self.privacy.account()
         if rnd % t.cloud_every == 0:
             cloud = self.server_model(rnd)
             self.models = [list(cloud) for _ in self.models]

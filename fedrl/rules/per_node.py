@@ -78,7 +78,7 @@ class Gossip(Local):
         for u in updates:
             self.relay.trained[u.node] = rnd
         if self.privacy is not None:  # every node was planned and noised its update this round
-            self.privacy.ledger.step(self.privacy.plan.z, self.privacy.plan.q)
+            self.privacy.account()
 
     def state_dict(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         meta, arrays = super().state_dict()

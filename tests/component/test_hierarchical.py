@@ -72,7 +72,10 @@ def test_cloud_average_weighs_edges_by_their_nodes() -> None:
     ({"topology.edges": 7}, "topology.edges"),
     ({"strategy.name": "fedadam"}, "strategy.name"),
     ({"secagg.enabled": True, "compression.up": "quantize"}, "secagg.enabled"),
-    ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0}, "privacy.mode"),
+    ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "topology.edge-rule": "median"},
+     "topology.edge-rule"),
+    ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "privacy.adaptive-clip": True},
+     "privacy.adaptive-clip"),
 ])
 def test_what_hierarchical_does_not_combine_with_fails_before_round_1(over: dict, key: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -135,3 +135,21 @@ def test_distributed_dp_mean_from_a_ring_sum_is_noised_once_per_node_and_account
     again = Federation(from_run_config(over))
     restore(again, Checkpoint(ck.meta, ck.arrays))
     assert again.epsilon() == fed.epsilon()
+
+
+def test_dp_at_the_edge_noises_each_edges_mean_and_accounts_once_a_round() -> None:
+    """Hierarchical with central DP: each edge releases DP-FedAvg's mean of its own nodes (noise
+    std z C over its share of the selected nodes, independent across edges) and the round is one
+    ledger step (the edges' nodes are disjoint)."""
+    fed = _fed(**CENTRAL, **{"privacy.noise-multiplier": 2.0, "nodes.count": 4, "topology.name": "hierarchical",
+                             "topology.edges": 2, "topology.cloud-every": 5, "strategy.server-lr-end": -1,
+                             "algo.norm-obs": "off"})
+    fed.begin_round(1)
+    before = [flatten(m) for m in fed.models]
+    fed.aggregate([Reply(n, [w.copy() for w in fed.sent(n)], 256, None, {}) for n in range(4)], 1)
+    moved = [flatten(m) - b for m, b in zip(fed.models, before, strict=True)]
+    for e in range(2):  # 4 selected, 2 of them on each edge: the edge divides by 2
+        assert fed.rule.edge_of.count(e) == 2  # type: ignore[attr-defined]
+        assert float(moved[e].std()) == pytest.approx(2.0 * 0.5 / 2, rel=0.04)
+    assert abs(float(np.corrcoef(moved[0], moved[1])[0, 1])) < 0.05
+    assert fed.epsilon() == epsilon_after(2.0, 1.0, 1, 1e-5)
