@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 import signal
 import statistics
@@ -150,6 +151,22 @@ def compressor_table(results: dict[str, list[dict]]) -> None:
                   f"{ret:>10.1f}{loss:>8.1f}{_paired_loss(base, rs):>9.1f}  {' '.join(f'{f:.0f}' for f in finals)}")
 
 
+def from_folders(out: Path) -> dict[str, list[dict]]:
+    """(a)'s results rebuilt from the finished run folders in ``out``, across invocations (seeds
+    added later with ``--first-rep``); a folder without ``summary.json`` (a stopped run) is skipped."""
+    results: dict[str, list[dict]] = {}
+    for folder in sorted(out.iterdir()) if out.is_dir() else []:
+        m = re.fullmatch(r"(cartpole|pendulum)-up-(.+)-down-(.+)-(\d+)", folder.name)
+        if m is None or not (folder / "summary.json").exists():
+            continue
+        summary, rows = _load(folder)
+        up, down = m.group(2).replace("@", ":"), m.group(3)
+        results.setdefault(f"{m.group(1)}/{up}/{down}", []).append(
+            {"up": up, "down": down, "rep": int(m.group(4)), "bytes_up": _per_node_round(rows, "bytes_up"),
+             "bytes_down": _per_node_round(rows, "bytes_down"), "final": [e["mean_return"] for e in summary["eval"]]})
+    return results
+
+
 def _paired_losses(base: list[dict], rs: list[dict]) -> list[float]:
     by_seed = {r["rep"]: float(np.mean(r["final"])) for r in base}
     return [100 * (by_seed[r["rep"]] - float(np.mean(r["final"]))) / abs(by_seed[r["rep"]])
@@ -160,6 +177,7 @@ def frontier_plot(results: dict[str, list[dict]], path: Path) -> None:
     """Bytes up (x fewer than float32) against paired loss (median over seeds, bars: min to max),
     one panel per suite, uplink compressors only; dashed: the 5% loss line."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -185,6 +203,8 @@ def frontier_plot(results: dict[str, list[dict]], path: Path) -> None:
             ax.annotate(up, (x, med), textcoords="offset points", xytext=(4, 4), fontsize=7)
         ax.axhline(5, ls="--", color="gray", lw=1)
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
         ax.set_xlabel("uplink bytes: x fewer than float32")
         ax.set_ylabel("paired loss of final mean return, % (median over seeds)")
         ax.set_title(f"{suite}: {len(base)} seed(s); red: PowerSGD")
@@ -268,7 +288,16 @@ def main() -> int:
     ap.add_argument("--set", default="", help="(a): extra run-config for every run, e.g. \"ppo.lr=0.001\"")
     ap.add_argument("--out", type=Path, default=REPO / "simulations" / "results-compression")
     ap.add_argument("--plot", type=Path, default=None, help="(a): frontier PNG (default: OUT/compression_frontier.png)")
+    ap.add_argument("--tabulate", action="store_true",
+                    help="(a): run nothing; print the table and plot from every finished run folder in --out")
     args = ap.parse_args()
+    if args.tabulate:
+        found = from_folders(args.out)
+        if not found:
+            ap.error(f"--tabulate: no finished compressor runs in {args.out}")
+        compressor_table(found)
+        frontier_plot(found, args.plot or args.out / "compression_frontier.png")
+        return 0
     sizes = [int(s) for s in args.nodes.split(",") if s.strip()]
     if any(n < 2 for n in sizes) or not math.isfinite(args.reps) or args.reps < 1:
         ap.error("--nodes must be integers >= 2 and --reps >= 1")

@@ -26,8 +26,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from fedrl.aggregation.fedavg import apply_delta
-
 PUBLIC_KEY = "gossip.public"  # node state: the node's public copy x̂_i, flat float32
 
 
@@ -41,8 +39,10 @@ def start(own: Sequence[np.ndarray], public: Sequence[np.ndarray], mixed_public:
 
 def advance(public: Sequence[np.ndarray], decoded: Sequence[np.ndarray]) -> list[np.ndarray]:
     """A public copy after a payload decoding to ``decoded``: the server's ``Update.trained``
-    arithmetic (``apply_delta`` with step 1), so node and server hold the same float32 copy."""
-    return apply_delta(public, decoded, 1.0)
+    arithmetic (``fedrl.aggregation.fedavg.apply_delta`` with step 1, written out here because
+    the node must not import the server's modules), so node and server hold the same float32 copy."""
+    return [(np.asarray(p, np.float32) + np.asarray(d, np.float32)).astype(np.float32)
+            for p, d in zip(public, decoded, strict=True)]
 
 
 def consensus_round(x: np.ndarray, public: np.ndarray, w: np.ndarray,
