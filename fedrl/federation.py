@@ -42,10 +42,8 @@ from fedrl.privacy.server import ServerPrivacy
 from fedrl.rl.networks import weight_names
 from fedrl.rl.train import uses_norm
 from fedrl.rules import registry
-from fedrl.rules.asynchronous import Asynchronous, FedBuff
+from fedrl.rules.asynchronous import Asynchronous
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
-from fedrl.rules.hierarchical import Hierarchical
-from fedrl.rules.per_node import Gossip
 from fedrl.rules.private import Private
 from fedrl.selection import Selector
 from fedrl.topology.gossip import Mix
@@ -75,10 +73,7 @@ class Federation:
                                         frozenset(attackers(cfg))))
         self.rule: ServerRule = Private(rule, self.dp, self.dp_denominator) \
             if self.dp is not None and rule.privatizable else rule
-        if isinstance(rule, (FedBuff, Gossip, Hierarchical)):  # DP-FedBuff's steps; gossip's local DP; DP at the edge
-            rule.privacy = self.dp
-        if isinstance(rule, Hierarchical):
-            rule.selected = self.dp_denominator
+        rule.use_privacy(self.dp, self.dp_denominator)  # rules that apply DP themselves (FedBuff, gossip, edges)
         self.up = stage(cfg.compression, "up", [w.shape for w in w0], compensated=cfg.topology.name == "gossip")
         self.down = stage(cfg.compression, "down")
         self.casts = [Broadcaster(self.down, m, cfg.seed, s) for s, m in enumerate(self.rule.models)]

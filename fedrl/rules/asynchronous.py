@@ -76,6 +76,9 @@ class FedBuff(Asynchronous):
 
     privacy: ServerPrivacy | None = None
 
+    def use_privacy(self, privacy: ServerPrivacy | None, selected: Callable[[int], float]) -> None:
+        self.privacy = privacy  # each server step divides by the buffer size, not by ``selected``
+
     def receive(self, reply: Reply, version: int, base: Model, now: int, guard: Guard) -> list[tuple[int, int]]:
         guard("fedbuff", lambda: self.merge_moments(0, [reply]))
         self.state.buffer.append(Buffered(reply.node, delta_of(reply.weights, base), reply.env_steps, version,

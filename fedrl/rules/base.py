@@ -13,8 +13,9 @@ A rule's state is ``state_dict()`` (checkpoint arrays and JSON metadata) and com
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from fedrl.config import Config
 from fedrl.rl.normalize import Moments
 from fedrl.topology.gossip import Mix
 from fedrl.wire import Reply
+
+if TYPE_CHECKING:
+    from fedrl.privacy.server import ServerPrivacy
 
 Model = list[np.ndarray]
 
@@ -133,6 +137,11 @@ class ServerRule(ABC):
         """Round ``rnd``'s server learning rate (``strategy.server-lr`` annealed to ``server-lr-end``)."""
         s = self.cfg.strategy
         return annealed_lr(s.server_lr, s.server_lr_end, rnd, self.cfg.num_server_rounds)
+
+    def use_privacy(self, privacy: ServerPrivacy | None, selected: Callable[[int], float]) -> None:
+        """Client-level DP for a rule that applies it itself (DP-FedBuff's steps, gossip's local
+        DP, DP at the edge); ``selected(rnd)`` is DP-FedAvg's data-independent divisor. A rule whose
+        aggregate is one mean is wrapped by ``fedrl.rules.private.Private`` instead: nothing here."""
 
     def merge_moments(self, slot: int, replies: list[Reply]) -> None:
         """Pool the replies' observation statistics into slot ``slot``'s (Chan et al.'s merge)."""

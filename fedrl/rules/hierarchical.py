@@ -39,6 +39,9 @@ class Hierarchical(ServerRule):
         self.privacy: ServerPrivacy | None = None
         self.selected: Callable[[int], float] = lambda rnd: float(len(self.edge_of))
 
+    def use_privacy(self, privacy: ServerPrivacy | None, selected: Callable[[int], float]) -> None:
+        self.privacy, self.selected = privacy, selected
+
     def label(self) -> str:
         return "hierarchical"
 

@@ -5,6 +5,7 @@ neighbours' over ``topology.graph``, the ServerApp relaying the models: ``fedrl.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,9 @@ class Gossip(Local):
         # round; one ledger step per round is the epsilon of a node that took part in every round,
         # the worst node's.
         self.privacy: ServerPrivacy | None = None
+
+    def use_privacy(self, privacy: ServerPrivacy | None, selected: Callable[[int], float]) -> None:
+        self.privacy = privacy
 
     def label(self) -> str:
         return "gossip"
