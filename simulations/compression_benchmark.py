@@ -97,7 +97,12 @@ def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, re
                        f"run-name='{name}' {_join(KNOBS, knobs, extra)} compression.up='{up_name}' "
                        f"compression.down='{down}'")
     _fedrl(flower, rc, 8)
-    summary, rows = _load(out / name)
+    return _result(out / name, up, down, rep)
+
+
+def _result(folder: Path, up: str, down: str, rep: int) -> dict:
+    """One finished run's row of (a): bytes per node per round up and down, final return per variant."""
+    summary, rows = _load(folder)
     return {"up": up, "down": down, "rep": rep, "bytes_up": _per_node_round(rows, "bytes_up"),
             "bytes_down": _per_node_round(rows, "bytes_down"),
             "final": [e["mean_return"] for e in summary["eval"]]}
@@ -159,11 +164,8 @@ def from_folders(out: Path) -> dict[str, list[dict]]:
         m = re.fullmatch(r"(cartpole|pendulum)-up-(.+)-down-(.+)-(\d+)", folder.name)
         if m is None or not (folder / "summary.json").exists():
             continue
-        summary, rows = _load(folder)
         up, down = m.group(2).replace("@", ":"), m.group(3)
-        results.setdefault(f"{m.group(1)}/{up}/{down}", []).append(
-            {"up": up, "down": down, "rep": int(m.group(4)), "bytes_up": _per_node_round(rows, "bytes_up"),
-             "bytes_down": _per_node_round(rows, "bytes_down"), "final": [e["mean_return"] for e in summary["eval"]]})
+        results.setdefault(f"{m.group(1)}/{up}/{down}", []).append(_result(folder, up, down, int(m.group(4))))
     return results
 
 
