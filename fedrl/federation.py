@@ -233,12 +233,14 @@ class Federation:
                 self.ef21.commit(u.node, flatten(u.delta), rnd)
         self.rule.aggregate(updates, rnd)
 
-    def aggregate_mean(self, mean: np.ndarray, ratio_sum: float) -> None:
-        """Apply a weighted mean update that arrived as a sum (secure aggregation).
+    def aggregate_sums(self, means: dict[int, np.ndarray], ratio_sum: float) -> None:
+        """Apply weighted mean updates that arrived as sums (secure aggregation): one per model slot
+        that had a secure session this round (the star's one model; one per edge under a hierarchy).
 
-        ``ratio_sum`` is the securely summed weight in units of ``algo.local-steps``."""
+        ``ratio_sum`` is the securely summed weight of all of them in units of ``algo.local-steps``."""
         rnd = self.round + 1
-        self.guarded("secure aggregation", lambda: self.rule.step(unflatten(mean, self.rule.models[0]), rnd))
+        self.guarded("secure aggregation", lambda: self.rule.step_slots(
+            {s: unflatten(m, self.rule.models[s]) for s, m in means.items()}, rnd))
         if math.isfinite(ratio_sum):
             self.counters.env_steps += round(ratio_sum * self.cfg.algo.local_steps)
 

@@ -22,15 +22,22 @@ def ring_bits(fed: Federation, nodes: int) -> int:
     return fed.cfg.secagg.bits or required_ring_bits(fed.cfg.compression.bits, nodes)
 
 
-def mean_update(fed: Federation, total: np.ndarray, survivors: int, rnd: int) -> tuple[np.ndarray, float]:
+def mean_update(fed: Federation, total: np.ndarray, survivors: int, rnd: int, share: float = 1.0,
+                account: bool = True) -> tuple[np.ndarray, float]:
     """(mean update, summed weight ratio) from the unmasked ring sum of ``survivors`` nodes.
 
-    With DP, one ledger step and a division by ``Federation.dp_denominator``: under distributed
-    DP the nodes' noise is in the sum; under central DP the nodes clipped and the noise is added
-    here. Without DP, the weighted mean of the decoded codes."""
+    With DP, a division by ``Federation.dp_denominator`` times ``share`` (the part of the round's
+    selected nodes this sum stands for: 1 for the star, an edge's part of the nodes under a
+    hierarchy) and one ledger step: under distributed DP the nodes' noise is in the sum; under
+    central DP the nodes clipped and the noise is added here, and ``account = False`` leaves the
+    ledger step to the caller (a round of several disjoint sums takes one). Without DP, the
+    weighted mean of the decoded codes."""
     if fed.dp is None or fed.privacy is None:
         return RingCoding.for_config(fed.cfg).decode_sum(total, survivors)
+    selected = fed.dp_denominator(rnd) * share
     if fed.privacy.dist is not None:
-        return fed.dp.distributed_mean(total, survivors, fed.dp_denominator(rnd)), float(total[-1])
+        if not account or share != 1.0:
+            raise ValueError("distributed DP sizes each node's noise for one sum of every selected node")
+        return fed.dp.distributed_mean(total, survivors, selected), float(total[-1])
     summed, ratio_sum = RingCoding.for_config(fed.cfg).decode_total(total, survivors)
-    return fed.dp.secure_mean(summed, fed.dp_denominator(rnd)), ratio_sum
+    return fed.dp.secure_mean(summed, selected, account), ratio_sum

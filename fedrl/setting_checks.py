@@ -91,7 +91,8 @@ def rule_error(cfg: Config, rule: str, n: int, f: int, what: str) -> ConfigError
 
 
 def hierarchy_error(cfg: Config) -> ConfigError | None:
-    """A bad edge assignment, or an edge or cloud rule its tier's size or attackers defeat."""
+    """A bad edge assignment, an edge of one node under secure aggregation, or an edge or cloud
+    rule its tier's size or attackers defeat."""
     t = cfg.topology
     if t.name != "hierarchical":
         return None
@@ -100,6 +101,10 @@ def hierarchy_error(cfg: Config) -> ConfigError | None:
     bad = attackers(cfg)
     for edge in range(t.edges):
         mine = [i for i in range(cfg.nodes.count) if edge_of[i] == edge]
+        if cfg.secagg.enabled and len(mine) < 2:
+            return ConfigError("topology.assign", f"edge {edge} has {len(mine)} node; with secagg.enabled each edge "
+                                                  "sums its nodes securely, and a sum of one node is its update: "
+                                                  "give every edge at least 2 nodes (or fewer topology.edges)")
         f = cfg.strategy.byzantine if cfg.strategy.byzantine >= 0 else len(bad & set(mine))
         err = rule_error(cfg, t.edge_rule, len(mine), f, f"nodes of edge {edge}") if t.edge_rule != "fedavg" else None
         if err is not None:

@@ -34,7 +34,6 @@ def _asynchronous(features: tuple[str, ...], key: str, why: str) -> Rule:
 
 _GOSSIP_CLEAR = ("nodes exchange models (or compressed differences to their public copies) in the clear, and "
                  "per-node observation statistics are not mixed")
-_EDGES_CLEAR = "it aggregates per edge in the clear, with per-edge observation statistics left out"
 
 AGGREGATION = (
     Feature("robust-edge-rule", "topology.edge-rule", "topology.edge-rule is a robust rule",
@@ -42,7 +41,10 @@ AGGREGATION = (
                 ("privacy",), "topology.edge-rule", "the noise is calibrated to the sensitivity of a sum, not of a "
                 "robust rule",
                 lambda cfg: f"topology.edge-rule = {cfg.topology.edge_rule} with privacy.mode = {cfg.privacy.mode}: "
-                            "the noise is calibrated to the sensitivity of a sum, not of a robust rule; use fedavg"),)),
+                            "the noise is calibrated to the sensitivity of a sum, not of a robust rule; use fedavg"),
+                Rule(("secagg",), "topology.edge-rule", "a robust rule looks at each update, which masking hides",
+                     lambda cfg: f"topology.edge-rule = {cfg.topology.edge_rule} with secagg.enabled = true: a robust "
+                                 "rule looks at each update (medians, distances), which masking hides; use fedavg"))),
     setting("robust-rule", "strategy.name", *ROBUST_RULES, excludes=(Rule(
         ("privacy",), "strategy.name", "the noise is calibrated to the sensitivity of a sum, not of a robust rule",
         lambda cfg: f"{cfg.strategy.name} with privacy.mode = {cfg.privacy.mode}: the noise is calibrated to the "
@@ -73,7 +75,11 @@ AGGREGATION = (
         Rule(_BEYOND_FEDPROX, "strategy.name", "edges and cloud average (FedAvg with strategy.server-lr)",
              lambda cfg: f"topology.name = hierarchical with strategy.name = {cfg.strategy.name}: edges and cloud "
                          "average (FedAvg with strategy.server-lr); use fedavg or fedprox"),
-        _unless("hierarchical", _EDGES_CLEAR, ("secagg",), "secagg.enabled"),
+        Rule(("privacy-distributed",), "privacy.mode", "each node's noise is sized for one secure sum of every "
+             "selected node; an edge's sum would hold only its part of it",
+             lambda cfg: "topology.name = hierarchical with privacy.mode = distributed: each node's noise is sized for "
+                         "one secure sum of every selected node, and an edge's sum would hold only its part of it; "
+                         "use privacy.mode = central (DP at the edge)"),
         Rule(("privacy-adaptive-clip",), "privacy.adaptive-clip", "each edge releases its own noised sum; one "
              "clip norm moved by several edges a round is not supported",
              lambda cfg: "topology.name = hierarchical with privacy.adaptive-clip: each edge releases its own noised "

@@ -33,8 +33,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
+import numpy as np
 from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
@@ -48,6 +51,7 @@ from fedrl.secagg import Keys, Masked, SecAggAbort, SecAggServer, make_params
 from fedrl.seeding import SECAGG, derive
 
 log = logging.getLogger("fedrl")
+T = TypeVar("T")
 
 
 def _replies(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, RecordDict], mtype: str, rnd: int,
@@ -89,8 +93,70 @@ class KeysAhead:
         return {n: self.keys.pop(n) for n in nodes if n in self.keys}
 
 
+@dataclass
+class _Session:
+    """One secure sum of the round: the selected nodes that train model slot ``slot`` (the star's
+    one model, or one edge's under a hierarchy), a SecAgg session of their own. An abort ends
+    this session only: its nodes are out of the round's sums, the other sessions go on."""
+
+    slot: int
+    setup: sc.Setup
+    server: SecAggServer
+    aborted: str | None = None
+
+    @property
+    def members(self) -> set[int]:
+        return set(self.setup.nodes)
+
+    def mine(self, by_node: dict[int, T]) -> dict[int, T]:
+        return {n: v for n, v in by_node.items() if n in self.members}
+
+    def run(self, rnd: int, stage: Callable[..., T], *args: Any) -> T | None:
+        """``stage(*args)``: one server stage (or the decoding of the sum); None once this session
+        has aborted."""
+        if self.aborted is not None:
+            return None
+        try:
+            return stage(*args)
+        except (SecAggAbort, ValueError) as err:
+            self.aborted = str(err)
+            log.warning("round %d: secure aggregation of %s aborted (%s); nothing of it was unmasked", rnd,
+                        self.name, err)
+            return None
+
+    @property
+    def name(self) -> str:
+        return "the round" if self.slot < 0 else f"edge {self.slot}"
+
+
+def _sessions(fed: Federation, nodes: list[int], bad: dict[int, str], rnd: int, bits: int) -> list[_Session]:
+    """One session per model slot of the round's nodes (one for the star), each in a ring of
+    ``bits``. With several, a slot left with one live node this round gets no session (a secure
+    sum of one is that node's update): its node goes into ``bad`` and is not asked."""
+    cfg = fed.cfg
+    slots: dict[int, list[int]] = {}
+    for n in nodes:
+        slots.setdefault(fed.slot(n), []).append(n)
+    many = len(fed.models) > 1  # one model per edge
+    out = []
+    for slot, group in sorted(slots.items()):
+        if many and sum(n not in bad for n in group) < 2:
+            for n in group:
+                bad.setdefault(n, f"the only node of edge {slot} this round: a secure sum of one would be its update")
+            continue
+        setup = sc.Setup(os.urandom(16), group, cfg.secagg.neighbors, cfg.secagg.threshold, bits, fed.n_params + 1,
+                         derive(cfg.seed, SECAGG, rnd, slot))
+        params = make_params(rnd, setup.session, group, setup.neighbors, setup.threshold, bits, setup.length,
+                             setup.graph_seed)
+        out.append(_Session(slot if many else -1, setup, SecAggServer(params)))
+    return out
+
+
 def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: KeysAhead | None = None) -> dict[str, Any]:
-    """Run round ``rnd`` with secure aggregation; return its fields for metrics.jsonl."""
+    """Run round ``rnd`` with secure aggregation; return its fields for metrics.jsonl.
+
+    Under ``topology.name = hierarchical`` each edge's selected nodes form a session of their own
+    (the edge learns only its nodes' sum); the stages' messages still go out together."""
     cfg = fed.cfg
     ahead = ahead if ahead is not None else KeysAhead()
     reap_late(grid, fed, nm)
@@ -100,71 +166,99 @@ def secure_round(grid: Grid, fed: Federation, nm: NodeMap, rnd: int, ahead: Keys
     if not nodes:  # poisson selection drew nobody
         log.warning("round %d: no node was selected; the model is unchanged", rnd)
         return {"nodes_trained": [], "nodes_failed": {}, "secagg_aborted": None}
-    bits = secure_sum.ring_bits(fed, len(nodes))
-    setup = sc.Setup(os.urandom(16), nodes, cfg.secagg.neighbors, cfg.secagg.threshold, bits, fed.n_params + 1,
-                     derive(cfg.seed, SECAGG, rnd))
-    params = make_params(rnd, setup.session, nodes, setup.neighbors, setup.threshold, bits, setup.length,
-                         setup.graph_seed)
-    server = SecAggServer(params)
     bad: dict[int, str] = {}
-    sid = setup.session
-    clock: dict[str, float] = {}
-    fields: dict[str, Any] = {"secagg_threshold": params.threshold, "secagg_bits": bits, "secagg_seconds": clock}
-
-    def outcome(trained: list[int], aborted: str | None) -> dict[str, Any]:
-        fed.selector.note(nodes, bad)  # deadline selection learns who missed round.deadline-s
-        return {**fields, "nodes_trained": trained, "nodes_failed": {str(k): v for k, v in bad.items()},
-                "secagg_aborted": aborted}
-
     for n in nodes:  # a dropout from the start: its SuperNode still runs a plan that missed a deadline
         if nm.busy(n):
             bad[n] = "still busy with an earlier round's plan (missed round.deadline-s)"
-    keys = {n: Keys(n, rnd, sid, *pair) for n, pair in ahead.take(nodes).items() if n not in bad}
-    missing = [n for n in nodes if n not in keys and n not in bad]
-    if missing:
-        keys.update(_replies(grid, fed, nm, {n: sc.encode_keys_request(n, rnd, sid) for n in missing}, sc.KEYS, rnd,
-                             sc.decode_keys, bad, "keys", clock))
-    try:
-        routed_keys = server.collect_keys(keys)
-        for n in nodes:
-            if n not in routed_keys and n not in bad:
+    bits = secure_sum.ring_bits(fed, len(nodes))  # one ring for every session: wide enough for the round
+    sessions = _sessions(fed, nodes, bad, rnd, bits)
+    asked = [n for s in sessions for n in s.setup.nodes]
+    length = fed.n_params + 1
+    clock: dict[str, float] = {}
+    fields: dict[str, Any] = {"secagg_threshold": min((s.server.params.threshold for s in sessions), default=0),
+                              "secagg_bits": bits, "secagg_seconds": clock}
+
+    def outcome(trained: list[int]) -> dict[str, Any]:
+        fed.selector.note(asked, [n for n in bad if n in asked])  # deadline selection learns who missed the deadline
+        reasons = [f"{s.name}: {s.aborted}" if len(sessions) > 1 else s.aborted for s in sessions if s.aborted]
+        every = bool(sessions) and len(reasons) == len(sessions)
+        out = {**fields, "nodes_trained": sorted(trained), "nodes_failed": {str(k): v for k, v in bad.items()},
+               "secagg_aborted": "; ".join(r for r in reasons if r) if every else None}
+        if any(s.slot >= 0 for s in sessions):
+            out["secagg_edges"] = {str(s.slot): {"nodes": len(s.setup.nodes), "threshold": s.server.params.threshold,
+                                                 "survivors": len(s.server.survivors) if not s.aborted else 0,
+                                                 "aborted": s.aborted} for s in sessions}
+        return out
+
+    # 0. keys: those sent ahead last round, else a request
+    keys: dict[int, Keys] = {}
+    requests: dict[int, RecordDict] = {}
+    for s in sessions:
+        sid = s.setup.session
+        keys |= {n: Keys(n, rnd, sid, *pair) for n, pair in ahead.take(s.setup.nodes).items() if n not in bad}
+        requests |= {n: sc.encode_keys_request(n, rnd, sid) for n in s.setup.nodes if n not in keys and n not in bad}
+    if requests:
+        keys.update(_replies(grid, fed, nm, requests, sc.KEYS, rnd, sc.decode_keys, bad, "keys", clock))
+    # 1. train (and share)
+    plans = {}
+    for s in sessions:
+        routed_keys = s.run(rnd, s.server.collect_keys, s.mine(keys)) or {}
+        for n in s.setup.nodes:
+            if n not in routed_keys and n not in bad and s.aborted is None:
                 bad[n] = "keys: refused by the secure-aggregation protocol (see the log)"
-        plans = {}
         for node in routed_keys:
             rec = codec.encode_plan(*fed.plan(node, rnd))
             cr = codec.plan_record(rec)
-            sc.put_setup(cr, setup)
+            sc.put_setup(cr, s.setup)
             sc.put_keys(cr, (keys[node].c_pk, keys[node].s_pk), routed_keys[node])
             plans[node] = rec
-        trained: dict[int, tuple[dict[int, bytes], dict[str, float]]] = _replies(
-            grid, fed, nm, plans, codec.TRAIN, rnd, sc.decode_trained, bad, "train+share", clock, cfg.round.deadline_s)
-        if cfg.secagg.send_metrics:
-            fields["train_returns"] = {str(n): m.get("train_return") for n, (_, m) in trained.items()}
-        fields |= dpsgd_field(m for _, m in trained.values())
-        routed = server.collect_shares({n: c for n, (c, _) in trained.items()})
-        masked: dict[int, Masked] = _replies(
-            grid, fed, nm, {n: sc.encode_ciphertexts(n, rnd, sid, c) for n, c in routed.items()}, sc.MASK, rnd,
-            lambda rec: sc.decode_masked(rec, bits, setup.length), bad, "mask", clock)
-        survivors, dropped = server.collect_masked(masked)
-        replies = _replies(grid, fed, nm, {n: sc.encode_unmask_request(n, rnd, sid, survivors, dropped)
-                                           for n in survivors}, sc.UNMASK, rnd, sc.decode_shares, bad, "unmask", clock)
-        # Keys for the nodes' next sessions; a node that failed anywhere this round gets asked afresh.
-        ahead.keys.update({n: nxt for n, (_, nxt) in replies.items() if nxt is not None and n not in bad})
-        t0 = time.perf_counter()
-        total = server.unmask({n: sh for n, (sh, _) in replies.items()})
-        mean, ratio_sum = secure_sum.mean_update(fed, total, len(survivors), rnd)  # with DP: noised, accounted
-        clock["server-unmask"] = time.perf_counter() - t0
-    except (SecAggAbort, ValueError) as err:
-        log.warning("round %d: secure aggregation aborted (%s); nothing was unmasked and the model is unchanged",
-                    rnd, err)
-        fed.note_delivery(rnd, [], nodes)
-        return outcome([], str(err))
-    for n in dropped:
-        bad.setdefault(n, "excluded by the secure-aggregation protocol")
-    fed.note_delivery(rnd, survivors, [n for n in nodes if n not in survivors])
-    if len(survivors) < min(cfg.min_train_nodes, len(nodes)):
-        log.warning("round %d: %d nodes in the secure sum, fewer than min-train-nodes = %d; the model is unchanged",
-                    rnd, len(survivors), cfg.min_train_nodes)
-        return outcome([], None)
-    fed.aggregate_mean(mean, ratio_sum)
-    return outcome(survivors, None)
+    trained: dict[int, tuple[dict[int, bytes], dict[str, float]]] = _replies(
+        grid, fed, nm, plans, codec.TRAIN, rnd, sc.decode_trained, bad, "train+share", clock, cfg.round.deadline_s)
+    if cfg.secagg.send_metrics:
+        fields["train_returns"] = {str(n): m.get("train_return") for n, (_, m) in trained.items()}
+    fields |= dpsgd_field(m for _, m in trained.values())
+    # 2. mask
+    contents: dict[int, RecordDict] = {}
+    for s in sessions:
+        routed = s.run(rnd, s.server.collect_shares, {n: c for n, (c, _) in s.mine(trained).items()})
+        contents |= {n: sc.encode_ciphertexts(n, rnd, s.setup.session, c) for n, c in (routed or {}).items()}
+    masked: dict[int, Masked] = _replies(grid, fed, nm, contents, sc.MASK, rnd,
+                                         lambda rec: sc.decode_masked(rec, bits, length), bad, "mask", clock)
+    # 3. unmask
+    contents = {}
+    for s in sessions:
+        sets = s.run(rnd, s.server.collect_masked, s.mine(masked))
+        if sets is not None:
+            survivors, dropped = sets
+            contents |= {n: sc.encode_unmask_request(n, rnd, s.setup.session, survivors, dropped)
+                         for n in survivors}
+    replies = _replies(grid, fed, nm, contents, sc.UNMASK, rnd, sc.decode_shares, bad, "unmask", clock)
+    # Keys for the nodes' next sessions; a node that failed anywhere this round gets asked afresh.
+    ahead.keys.update({n: nxt for n, (_, nxt) in replies.items() if nxt is not None and n not in bad})
+    t0 = time.perf_counter()
+    means: dict[int, np.ndarray] = {}
+    ratio_sum, survivors_all = 0.0, []
+    one = len(sessions) == 1  # one sum: its ledger step is taken with it (distributed DP's depends on it)
+    for s in sessions:
+        total = s.run(rnd, s.server.unmask, {n: sh for n, (sh, _) in s.mine(replies).items()})
+        if total is None:
+            continue
+        slot, share = max(s.slot, 0), fed.rule.dp_share(max(s.slot, 0))
+        got = s.run(rnd, secure_sum.mean_update, fed, total, len(s.server.survivors), rnd, share, one)  # DP: noised
+        if got is not None:
+            means[slot], ratio_sum = got[0], ratio_sum + got[1]
+            survivors_all += list(s.server.survivors)
+            for n in s.server.dropped:
+                bad.setdefault(n, "excluded by the secure-aggregation protocol")
+    if fed.dp is not None and means and not one:
+        fed.dp.account()  # disjoint edges: one node's data is in one noised sum (parallel composition)
+    clock["server-unmask"] = time.perf_counter() - t0
+    fed.note_delivery(rnd, survivors_all, [n for n in nodes if n not in survivors_all])
+    if not means:
+        return outcome([])
+    if len(survivors_all) < min(cfg.min_train_nodes, len(nodes)):
+        log.warning("round %d: %d nodes in the secure sums, fewer than min-train-nodes = %d; the model is unchanged",
+                    rnd, len(survivors_all), cfg.min_train_nodes)
+        return outcome([])
+    fed.aggregate_sums(means, ratio_sum)
+    return outcome(survivors_all)

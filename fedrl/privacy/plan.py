@@ -151,6 +151,11 @@ def plan_for(cfg: Config, continuous: bool, dim: int) -> PrivacyPlan | None:
                 "OS's randomness, as the accountant assumes (amplification by sampling is claimed); the noised sum "
                 f"is divided by the expected {q * n:g} nodes. A round that draws nobody (probability at most "
                 f"{empty:.2g} over the run) releases nothing.")
+    if cfg.topology.name == "hierarchical" and p.mode == "central":
+        note += (f" DP at the edge: each of the {cfg.topology.edges} edges adds the noise to the sum of its own nodes"
+                 f"{' (its secure sum)' if cfg.secagg.enabled else ''} and divides by its part of the selected nodes; "
+                 "the edges' nodes are disjoint, so a round is one mechanism per node (one ledger step), and the "
+                 "cloud only averages released edge models (post-processing).")
     z, budget = p.noise_multiplier, (p.target_epsilon or None)
     if p.mode == "distributed":
         return _distributed(cfg, dim, q, note, z, budget)

@@ -86,16 +86,19 @@ class ServerPrivacy:
         self.ledger.step(d.mu_with(survivors), self.plan.q)
         return np.asarray(d.decode_sum(total[:-1]) / selected, np.float32)
 
-    def secure_mean(self, total: np.ndarray, selected: float) -> np.ndarray:
+    def secure_mean(self, total: np.ndarray, selected: float, account: bool = True) -> np.ndarray:
         """Central DP under secure aggregation: the unmasked sum of the nodes' clipped, quantized
         updates (each weighs 1) plus N(0, (z S)^2), ``S`` = clip norm + quantization slack
-        (``PrivacyPlan.sensitivity``), divided by the nodes selected; one ledger step. The nodes'
-        own clipping is trusted here: the server cannot see an update to clip it again."""
+        (``PrivacyPlan.sensitivity``), divided by the nodes selected; one ledger step unless
+        ``account`` is False (a round releasing several disjoint sums, one per edge, accounts once
+        with ``account()``). The nodes' own clipping is trusted here: the server cannot see an
+        update to clip it again."""
         p = self.plan
         out = np.asarray(total, np.float64)
         if not p.no_noise:
             out = out + gaussian(self.n_params, p.z * p.sensitivity, self._noise_rng)
-        self.ledger.step(p.z, p.q)
+        if account:
+            self.account()
         return np.asarray(out / max(selected, 1), np.float32)
 
     def epsilon(self) -> float:

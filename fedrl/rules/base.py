@@ -126,6 +126,19 @@ class ServerRule(ABC):
         g = self.models[0]
         self.models[0] = unflatten(self.optimizer.step(flatten(g), flatten(mean), self.server_lr(rnd)), g)
 
+    def step_slots(self, means: dict[int, Model], rnd: int) -> None:
+        """Step with round ``rnd``'s securely aggregated means, one per model slot that had a
+        secure sum (``accepts_sums``). A rule of one global model steps it (``step``)."""
+        for slot, mean in means.items():
+            if slot != 0:
+                raise ValueError(f"{self.label()} keeps one model; got a secure sum for slot {slot}")
+            self.step(mean, rnd)
+
+    def dp_share(self, slot: int) -> float:
+        """The part of a round's selected nodes whose sum slot ``slot`` steps with (DP-FedAvg's divisor
+        is the selected count times this): 1 for one global model."""
+        return 1.0
+
     def adopt(self, weights: Model, moments: Moments | None) -> None:
         """Make ``weights`` the global model and merge ``moments`` into its statistics (the
         centralized baseline, whose one learner's model is the model)."""

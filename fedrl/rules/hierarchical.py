@@ -26,6 +26,8 @@ log = logging.getLogger("fedrl")
 
 
 class Hierarchical(ServerRule):
+    accepts_sums = True  # one secure sum per edge (fedrl.flower.secure_round), stepped by step_slots
+
     def __init__(self, setup: RuleSetup) -> None:
         t = setup.cfg.topology
         super().__init__(setup, slots=t.edges)
@@ -53,6 +55,11 @@ class Hierarchical(ServerRule):
         counts = [self.edge_of.count(e) for e in range(len(self.models))]
         return cloud_model(self.models, counts, self.cfg.topology.cloud_rule, self.cfg.strategy.trim)
 
+    def dp_share(self, slot: int) -> float:
+        """Edge ``slot``'s part of the nodes: DP at the edge divides its noised sum by the round's
+        selected count times this."""
+        return self.edge_of.count(slot) / len(self.edge_of)
+
     def aggregate(self, updates: list[Update], rnd: int) -> None:
         t, s = self.cfg.topology, self.cfg.strategy
         for e in range(len(self.models)):
@@ -60,8 +67,8 @@ class Hierarchical(ServerRule):
             if not mine:
                 continue
             if self.privacy is not None:  # DP at the edge: equal weights, clipped, noised, data-independent divisor
-                share = self.selected(rnd) * self.edge_of.count(e) / len(self.edge_of)
-                mean = self.privacy.noised_mean([flatten(u.delta) for u in mine], share, rnd)
+                mean = self.privacy.noised_mean([flatten(u.delta) for u in mine], self.selected(rnd) * self.dp_share(e),
+                                                rnd)
             elif t.edge_rule == "fedavg":
                 mean = flatten(weighted_mean([u.delta for u in mine], [u.reply.env_steps for u in mine]))
             else:  # per edge: its own nodes' updates, strategy.byzantine of them hostile
@@ -73,14 +80,27 @@ class Hierarchical(ServerRule):
                     log.warning("round %s: edge %d: %s with %d replies: %s; the edge model is unchanged", rnd, e,
                                 t.edge_rule, len(mine), err)
                     continue
-            # the same step as the star's (strategy.server-lr; the optimizer is stateless)
-            self.models[e] = unflatten(self.optimizer.step(flatten(self.models[e]), mean, self.server_lr(rnd)),
-                                       self.models[e])
+            self._step_edge(e, mean, rnd)
         if self.privacy is not None:
             # The edges' sums are over disjoint nodes, so one node's data reaches one noised sum:
             # the round is one mechanism per node (parallel composition), one ledger step.
             self.privacy.account()
-        if rnd % t.cloud_every == 0:
+        self._cloud(rnd)
+
+    def step_slots(self, means: dict[int, Model], rnd: int) -> None:
+        """Secure aggregation per edge: each edge that had a secure sum steps with its mean (the
+        caller noised it and accounts for DP at the edge), then the cloud as in ``aggregate``."""
+        for e, mean in means.items():
+            self._step_edge(e, flatten(mean), rnd)
+        self._cloud(rnd)
+
+    def _step_edge(self, e: int, mean: np.ndarray, rnd: int) -> None:
+        # the same step as the star's (strategy.server-lr; the optimizer is stateless)
+        self.models[e] = unflatten(self.optimizer.step(flatten(self.models[e]), mean, self.server_lr(rnd)),
+                                   self.models[e])
+
+    def _cloud(self, rnd: int) -> None:
+        if rnd % self.cfg.topology.cloud_every == 0:
             cloud = self.server_model(rnd)
             self.models = [list(cloud) for _ in self.models]
             self.bytes_cloud += 2 * len(self.models) * 4 * self.n_params  # each edge up, the cloud back down

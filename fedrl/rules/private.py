@@ -84,6 +84,12 @@ class Private(ServerRule):
     def step(self, mean: Model, rnd: int) -> None:
         self.inner.step(mean, rnd)
 
+    def step_slots(self, means: dict[int, Model], rnd: int) -> None:
+        self.inner.step_slots(means, rnd)
+
+    def dp_share(self, slot: int) -> float:
+        return self.inner.dp_share(slot)
+
     def merge_moments(self, slot: int, replies: list[Reply]) -> None:
         self.inner.merge_moments(slot, replies)
 

@@ -71,7 +71,11 @@ def test_cloud_average_weighs_edges_by_their_nodes() -> None:
 @pytest.mark.parametrize(("over", "key"), [
     ({"topology.edges": 7}, "topology.edges"),
     ({"strategy.name": "fedadam"}, "strategy.name"),
-    ({"secagg.enabled": True, "compression.up": "quantize"}, "secagg.enabled"),
+    ({"secagg.enabled": True, "compression.up": "quantize", "topology.edge-rule": "median"}, "topology.edge-rule"),
+    ({"secagg.enabled": True, "compression.up": "quantize", "privacy.mode": "distributed",
+      "privacy.noise-multiplier": 1.0}, "privacy.mode"),
+    ({"secagg.enabled": True, "compression.up": "quantize", "topology.edges": 5, "topology.assign": "0,0,1,2,3,4"},
+     "topology.assign"),
     ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "topology.edge-rule": "median"},
      "topology.edge-rule"),
     ({"privacy.mode": "central", "privacy.noise-multiplier": 1.0, "privacy.adaptive-clip": True},

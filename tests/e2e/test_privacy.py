@@ -132,6 +132,21 @@ def test_secure_aggregation_with_distributed_dp_runs_and_accounts_every_round(fl
     assert all("train_returns" not in r or all(v is None for v in r["train_returns"].values()) for r in rows)
 
 
+def test_dp_at_the_edge_under_secure_aggregation_noises_each_edges_secure_sum_and_accounts_once_a_round(
+        flower: LocalFlower, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    res = flower.run(REPO, f"{SMALL} num-server-rounds=3 topology.name='hierarchical' topology.edges=2 "
+                           "secagg.enabled=true compression.up='quantize' privacy.mode='central' "
+                           f"privacy.noise-multiplier=2.0 privacy.clip-norm=0.1 output-dir='{out}' run-name='e'")
+    assert (out / "e" / "summary.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
+    assert "DP at the edge: each of the 2 edges adds the noise to the sum of its own nodes (its secure sum)" in res.stdout
+    rows = _rows(out / "e")
+    for r in rows:  # nodes 0-1 and 2-3: one secure session per edge, both unmasked, one ledger step a round
+        assert r["secagg_aborted"] is None and r["nodes_trained"] == [0, 1, 2, 3], r
+        assert {k: (e["nodes"], e["survivors"]) for k, e in r["secagg_edges"].items()} == {"0": (2, 2), "1": (2, 2)}
+        assert r["epsilon"] == pytest.approx(epsilon_after(2.0, 1.0, r["round"], 1e-5))
+
+
 def test_dpsgd_in_local_training_reports_the_nodes_sample_level_epsilon(flower: LocalFlower, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     res = flower.run(REPO, f"{SMALL} num-server-rounds=2 algo.hidden='16' privacy.dpsgd=true "

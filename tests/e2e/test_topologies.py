@@ -12,16 +12,25 @@ from tests.e2e.harness import LocalFlower
 pytestmark = pytest.mark.slow
 
 
-def test_hierarchical_solves_heterogeneous_cartpole_and_counts_the_cloud_tier(flower: LocalFlower,
-                                                                              tmp_path: Path) -> None:
-    """Node -> edge uplinks are 8-bit codes; the edge <-> cloud tier moves float32 models."""
+def test_hierarchical_with_secure_aggregation_per_edge_solves_heterogeneous_cartpole(flower: LocalFlower,
+                                                                                     tmp_path: Path) -> None:
+    """Each edge sums its own nodes' 8-bit codes in a SecAgg+ session of its own; the edge <-> cloud tier
+    moves float32 models."""
     summary, rows = flower.solve("topology.name='hierarchical' topology.edges=2 topology.cloud-every=2 eval.every=2 "
                                  "eval.episodes=3 eval.stop-at-target=true nodes.cohort-size=4 "
-                                 "compression.up='quantize'", tmp_path / "runs", "h", timeout=900)
+                                 "secagg.enabled=true compression.up='quantize'", tmp_path / "runs", "h", timeout=900)
     # every second round each of the 2 edges sends its model up and gets the cloud's back (float32)
     assert all(r["bytes_cloud"] == (r["round"] // 2) * 2 * 2 * 4 * 9155 for r in rows), rows
-    assert summary["bytes_up_total"] < len(rows) * 8 * 9155 * 4 / 3  # about a byte a weight, not four
+    # each node's masked input is packed at the ring's width (8-bit codes plus room for the sum), far below float32
+    ring = len(rows) * 8 * 9155 * rows[0]["secagg_bits"] / 8
+    assert ring < summary["bytes_up_total"] < len(rows) * 8 * 9155 * 4 / 2, (summary["bytes_up_total"], ring)
     assert summary["bytes_cloud_total"] == rows[-1]["bytes_cloud"]
+    # one session per edge (contiguous: nodes 0-3 and 4-7), each unmasked on its own
+    for r in rows:
+        assert set(r["secagg_edges"]) == {"0", "1"} and r["secagg_aborted"] is None, r
+        assert all(e["nodes"] == 4 and e["survivors"] == 4 and e["aborted"] is None
+                   for e in r["secagg_edges"].values()), r
+        assert r["nodes_trained"] == list(range(8))
 
 
 # One case keeps CI short: plain gossip on the ring is checked in-process (tests/component/

@@ -226,10 +226,10 @@ def test_asynchronous_rules_are_guarded(name: str) -> None:
 def test_secure_aggregation_mean_is_guarded() -> None:
     fed = _fed()
     before = _copy(fed.models)
-    fed.aggregate_mean(np.full(fed.n_params, np.inf, np.float32), 2.0)
+    fed.aggregate_sums({0: np.full(fed.n_params, np.inf, np.float32)}, 2.0)
     assert _same(fed.models, before) and fed.take_failure() == "secure aggregation " + KEPT.format("global model")
     assert fed.counters.env_steps == 512
-    fed.aggregate_mean(flatten(_shifted(unflatten(np.zeros(fed.n_params, np.float32), before[0]), 0.5)), 1.0)
+    fed.aggregate_sums({0: flatten(_shifted(unflatten(np.zeros(fed.n_params, np.float32), before[0]), 0.5))}, 1.0)
     np.testing.assert_allclose(flatten(fed.models[0]) - flatten(before[0]), 1.0, atol=1e-6)
 
 
