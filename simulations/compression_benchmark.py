@@ -88,8 +88,12 @@ def _uplink_knobs(up: str) -> tuple[str, str]:
                        f"compression.error-feedback='{ef}'" if ef else "")
 
 
-def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, rep: int, extra: str = "") -> dict:
+def compressor_run(flower: Flower, out: Path, suite: str, up: str, down: str, rep: int, extra: str = "",
+                   keep: bool = False) -> dict:
+    """One run of (a); with ``keep``, a finished folder of the same name (summary.json) is read, not rerun."""
     name = f"{suite}-up-{up}-down-{down}-{rep}".replace(":", "@")
+    if keep and (out / name / "summary.json").exists():
+        return _result(out / name, up, down, rep)
     shutil.rmtree(out / name, ignore_errors=True)
     common = SUITES[suite]["common"].replace("eval.stop-at-target=true", "eval.stop-at-target=false")
     up_name, knobs = _uplink_knobs(up)
@@ -110,13 +114,13 @@ def _result(folder: Path, up: str, down: str, rep: int) -> dict:
 
 def compressors(flower: Flower, out: Path, reps: int, uplink: list[str], downlink: list[str],
                 suites: tuple[str, ...] = ("cartpole", "pendulum"), extra: str = "", first: int = 0,
-                ) -> dict[str, list[dict]]:
+                keep: bool = False) -> dict[str, list[dict]]:
     results: dict[str, list[dict]] = {}
     for suite in suites:
         pairs = [(u, "none") for u in uplink] + ([("none", d) for d in downlink] if suite == "cartpole" else [])
         for rep in range(first, first + reps):
             for up, down in pairs:  # interleaved over repetitions
-                r = compressor_run(flower, out, suite, up, down, rep, extra)
+                r = compressor_run(flower, out, suite, up, down, rep, extra, keep)
                 results.setdefault(f"{suite}/{up}/{down}", []).append(r)
                 print(f"[{suite} rep {rep}] up={up:<8} down={down:<8} up {r['bytes_up']:,.0f} B/node/round  "
                       f"down {r['bytes_down']:,.0f}  final mean {np.mean(r['final']):.1f}", flush=True)
@@ -281,6 +285,9 @@ def main() -> int:
     ap.add_argument("--only", choices=["compressors", "secagg"], action="append")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--first-rep", type=int, default=0, help="(a): seed of the first repetition (more seeds later)")
+    ap.add_argument("--keep-done", action="store_true",
+                    help="(a): read a repetition whose run folder in --out has finished (summary.json) instead of "
+                         "running it again, e.g. to add compressors to a sweep next to its none baseline")
     ap.add_argument("--secagg-reps", type=int, default=0, help="repetitions for (b) (0: --reps)")
     ap.add_argument("--nodes", default="10,20,50,100", help="comma-separated N for (b)")
     ap.add_argument("--uplink", default="",
@@ -316,7 +323,7 @@ def main() -> int:
             up += [u for u in asked if ":" in u and u not in up]
             down = [d for d in DOWNLINK if not asked]
             comp = compressors(flower, args.out, args.reps, up, down, tuple(args.suite or ("cartpole", "pendulum")),
-                               args.set, args.first_rep)
+                               args.set, args.first_rep, args.keep_done)
         if "secagg" in parts:
             sec = secagg(flower, args.out, args.secagg_reps or args.reps, sizes)
     finally:

@@ -63,7 +63,8 @@ def refuse_dpsgd(cfg: Config) -> SampleDP | None:
     if cfg.privacy.dpsgd:
         raise ConfigError("privacy.dpsgd", f"algo.name = {cfg.algo.name} replays transitions across gradient steps "
                                            "and rounds, which DP-SGD's accounting does not cover; use "
-                                           "privacy.mode = central, local or distributed (node-level DP) instead")
+                                           "privacy.mode = central, local or distributed (node-level DP) instead; docs/privacy.md "
+                                           "says what an off-policy DP-SGD would need")
     return None
 
 

@@ -102,8 +102,16 @@ PRIVACY = (
     Feature("privacy-noise-multiplier", "privacy.noise-multiplier", "privacy.noise-multiplier > 0",
             lambda cfg: cfg.privacy.noise_multiplier > 0,
             requires=(_adds_no_noise("privacy.noise-multiplier"),)),
+    # Replay learners: their sampling and privacy unit are not DP-SGD's (docs/privacy.md says what an
+    # off-policy DP-SGD would need); the algorithms refuse it too, for callers that skip validation.
+    setting("replay", "algo.name", "dqn", "sac"),
     setting("dpsgd", "privacy.dpsgd", True, excludes=(
         _raw_statistics("norm-obs", "algo.norm-obs"),
         _raw_statistics("norm-reward", "algo.norm-reward"),
+        Rule(("replay",), "privacy.dpsgd", "a replay learner reuses transitions across gradient steps and rounds, "
+             "which DP-SGD's accounting does not cover",
+             lambda cfg: f"with algo.name = {cfg.algo.name}: a replay learner reuses transitions across gradient "
+                         "steps and rounds at a rate DP-SGD's accounting does not cover (docs/privacy.md); use "
+                         "privacy.mode = central, local or distributed (node-level DP) instead"),
     )),
 )

@@ -105,7 +105,18 @@ def test_the_secure_aggregation_stages_are_those_of_fedrl_dropout() -> None:
     ({"round.deadline-s": 5.0}, "round-deadline"),
     ({"fraction-train": 0.5}, "partial-rounds"),
     ({"attack.name": "huge-weights", "attack.fraction": 0.25}, "hostile-reply-attack"),
+    ({"algo.name": "sac"}, "replay"),
+    ({"algo.name": "dqn"}, "replay"),
 ])
 def test_a_setting_turns_its_feature_on(over: dict[str, object], feature: str) -> None:
     assert not BY_NAME[feature].active(from_run_config({}))
     assert BY_NAME[feature].active(from_run_config(over))
+
+
+@pytest.mark.parametrize("algo", ["dqn", "sac"])
+def test_dp_sgd_with_a_replay_learner_is_refused_naming_the_algorithm(algo: str) -> None:
+    cfg = from_run_config({"algo.name": algo, "privacy.dpsgd": True, "algo.norm-obs": "off",
+                           "algo.norm-reward": "off"})
+    err = conflict(cfg, FEATURES)
+    assert err is not None and err.key == "privacy.dpsgd"
+    assert f"algo.name = {algo}" in str(err) and "docs/privacy.md" in str(err)
