@@ -42,7 +42,10 @@ QUERY = "query"
 _PLAN, _WEIGHTS, _REPLY, _HELLO = "plan", "weights", "reply", "hello"
 _MOMENTS = "mom"  # observation statistics (a ConfigRecord field)
 # Short field prefixes: on a 9k-parameter policy every byte of framing shows in the ratios.
-_UPDATE, _DELTA, _METRIC = "u", "d", "m."
+_UPDATE, _DELTA = "u", "d"
+# The reported metrics as one list of floats in REPORTED_METRICS order, NaN where a metric is not
+# reported: one field costs ~70 bytes less than five named ones (5% of a 1% top-k reply).
+_METRICS = "m"
 _STATE_PREFIX = "fedrl.node"
 _PACKED = "npz"
 
@@ -161,9 +164,9 @@ def _get_mix(rec: RecordDict, cr: ConfigRecord) -> Mix:
 # --- reply: client -> server -----------------------------------------------------------
 def encode_reply(reply: Reply) -> RecordDict:
     cr = ConfigRecord({"node": reply.node, "env-steps": reply.env_steps})
-    for k, v in reply.metrics.items():
-        if k in REPORTED_METRICS and np.isfinite(v):
-            cr[f"{_METRIC}{k}"] = float(v)
+    values = [float(reply.metrics.get(k, math.nan)) for k in REPORTED_METRICS]
+    if any(math.isfinite(v) for v in values):
+        cr[_METRICS] = [v if math.isfinite(v) else math.nan for v in values]
     rec = RecordDict({_REPLY: cr})
     if reply.update is not None:
         rec[_WEIGHTS] = ArrayRecord({"blob": put_payload(cr, _UPDATE, reply.update)})
@@ -203,15 +206,15 @@ def decode_reply(rec: RecordDict, layout: Layout | None = None) -> Reply:
 
 
 def _get_metrics(cr: ConfigRecord) -> dict[str, float]:
-    out = {}
-    for k in REPORTED_METRICS:
-        v = cr.get(f"{_METRIC}{k}")
-        if v is None:
-            continue
-        if not isinstance(v, float) or not math.isfinite(v):
-            raise WireError(f"field '{_METRIC}{k}' must be a finite float, got {v!r:.40}")
-        out[k] = v
-    return out
+    """Field ``m``: exactly one float per reported metric, each finite or NaN (not reported)."""
+    v = cr.get(_METRICS)
+    if v is None:
+        return {}
+    if (not isinstance(v, list) or len(v) != len(REPORTED_METRICS)
+            or not all(isinstance(x, float) and not math.isinf(x) for x in v)):
+        raise WireError(f"field '{_METRICS}' must be {len(REPORTED_METRICS)} floats ({', '.join(REPORTED_METRICS)}), "
+                        f"each finite or NaN (not reported), got {v!r:.60}")
+    return {k: x for k, x in zip(REPORTED_METRICS, v, strict=True) if math.isfinite(x)}
 
 
 # --- hello: which partition does a SuperNode serve? ---------------------------------------

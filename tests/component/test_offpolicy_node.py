@@ -86,7 +86,7 @@ def test_sac_refuses_discrete_actions_and_both_refuse_dpsgd_with_the_reason() ->
     with pytest.raises(ConfigError, match="algo.name.*continuous"):
         validate(from_run_config({**sac, "env.id": "CartPole-v1", "env.vary": "length=linspace(0.4, 1.2)"}))
     for rc in (sac, RUN_CONFIG):  # fedrl check: the whole pre-flight a run goes through
-        with pytest.raises(ConfigError, match="privacy.dpsgd.*replays transitions"):
+        with pytest.raises(ConfigError, match="privacy.dpsgd.*algo.name = (sac|dqn).*reuses transitions.*docs/privacy.md"):
             check({**rc, "privacy.dpsgd": True, "algo.norm-obs": "off"})
 
 

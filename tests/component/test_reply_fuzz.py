@@ -205,8 +205,7 @@ VALUES = st.one_of(
     st.lists(st.integers(-(2**63), 2**63 - 1), max_size=12), st.lists(st.floats(), max_size=12),
     st.lists(st.text(max_size=6), max_size=12), st.lists(st.binary(max_size=8), max_size=4),
 )
-KEYS = ["node", "env-steps", "ef-base", "mom", "u.name", "u.n", "u.keys", "u.dtypes", "u.lens", "m.train_return",
-        "m.train_seconds", "m.clip_below", "round", "session", "rejected", "peers", "cts", "metric.train_return"]
+KEYS = ["node", "env-steps", "ef-base", "mom", "u.name", "u.n", "u.keys", "u.dtypes", "u.lens", "m", "round", "session", "rejected", "peers", "cts", "metric.train_return"]
 
 
 def m_field(data: st.DataObject, rec: RecordDict) -> None:

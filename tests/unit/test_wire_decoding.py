@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import tracemalloc
 from collections.abc import Callable
 
@@ -193,15 +194,27 @@ def test_a_reply_with_the_wrong_arrays_moments_or_metrics_is_refused() -> None:
     with pytest.raises(WireError, match=r"field 'mom' has 3 floats; observations of dimension 2 need 5"):
         codec.decode_reply(rec, _layout())
     rec = _plain()
-    rec.config_records["reply"]["m.train_seconds"] = float("inf")
-    with pytest.raises(WireError, match="field 'm.train_seconds' must be a finite float, got inf"):
-        codec.decode_reply(rec, _layout())
-    rec.config_records["reply"]["m.train_seconds"] = 3
-    with pytest.raises(WireError, match="field 'm.train_seconds' must be a finite float, got 3"):
-        codec.decode_reply(rec, _layout())
-    rec.config_records["reply"]["m.train_seconds"] = 3.0
-    rec.config_records["reply"]["m.made_up"] = float("nan")  # not a reported metric: dropped
+    nan = float("nan")
+    for bad, shown in (([1.5, float("inf"), nan, nan, nan], "inf"), ([1, 2, 3, 4, 5], "[1, 2, 3, 4, 5]"),
+                       ([1.5, 3.0], "1.5, 3.0"), (1.5, "1.5")):
+        rec.config_records["reply"]["m"] = bad
+        with pytest.raises(WireError, match=rf"field 'm' must be 5 floats \(train_return, .*optimizer_steps\), "
+                                            rf"each finite or NaN \(not reported\), got .*{re.escape(shown)}"):
+            codec.decode_reply(rec, _layout())
+    rec.config_records["reply"]["m"] = [1.5, 3.0, nan, nan, nan]
+    rec.config_records["reply"]["m.made_up"] = 2.0  # not the metrics field: ignored
     assert codec.decode_reply(rec, _layout()).metrics == {"train_return": 1.5, "train_seconds": 3.0}
+    del rec.config_records["reply"]["m"]
+    assert codec.decode_reply(rec, _layout()).metrics == {}
+
+
+def test_reported_metrics_travel_as_one_list_and_the_rest_stay_on_the_node() -> None:
+    c = Compressed("fp16", {"values": np.ones(8, np.float16)}, 8)
+    metrics = {"train_return": 12.5, "optimizer_steps": 40.0, "clip_below": float("nan"), "private_thing": 1.0}
+    rec = codec.encode_reply(Reply(0, [], 64, None, metrics, c))
+    assert [k for k in rec.config_records["reply"] if k.startswith("m")] == ["m"]
+    assert codec.decode_reply(rec, _layout()).metrics == {"train_return": 12.5, "optimizer_steps": 40.0}
+    assert "m" not in codec.encode_reply(Reply(0, [], 64, None, {"private_thing": 1.0}, c)).config_records["reply"]
 
 
 def test_a_payload_blob_larger_than_the_model_allows_is_refused_before_decoding() -> None:
