@@ -214,7 +214,8 @@ def _get_metrics(cr: ConfigRecord) -> dict[str, float]:
             or not all(isinstance(x, float) and not math.isinf(x) for x in v)):
         raise WireError(f"field '{_METRICS}' must be {len(REPORTED_METRICS)} floats ({', '.join(REPORTED_METRICS)}), "
                         f"each finite or NaN (not reported), got {v!r:.60}")
-    return {k: x for k, x in zip(REPORTED_METRICS, v, strict=True) if math.isfinite(x)}
+    floats = cast(list[float], v)  # checked above
+    return {k: x for k, x in zip(REPORTED_METRICS, floats, strict=True) if math.isfinite(x)}
 
 
 # --- hello: which partition does a SuperNode serve? ---------------------------------------
