@@ -10,8 +10,10 @@ from fedrl.compression.ring_codes import RingCoding
 from fedrl.config import Config, node_statistics_travel
 from fedrl.errors import ConfigError
 from fedrl.privacy.accounting import Ledger, epsilon_after, noise_for_target
+from fedrl.privacy.crowd import central_ratio, crowd_line, gossip_ratio, local_ratio
 from fedrl.privacy.skellam import SkellamCoding, SkellamLedger, coding_for, z_for_target
 from fedrl.secagg.params import threshold_count
+from fedrl.topology.graphs import graph, metropolis_hastings
 
 if TYPE_CHECKING:
     from torch import nn
@@ -188,9 +190,31 @@ def plan_for(cfg: Config, continuous: bool, dim: int) -> PrivacyPlan | None:
                 raise ConfigError(key, "is not supported with privacy.mode = central and secagg.enabled = true (the "
                                        "server sees only the sum)")
         slack = ring_slack(cfg, dim)
+    note += " " + _crowd(cfg, dim, float((z ** -2 - (2 * count_std) ** -2) ** -0.5) if p.adaptive_clip else z,
+                         p.clip_norm + slack)
     return PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note, p.adaptive_clip,
                        p.target_quantile, p.clip_lr, count_std, p.audit_canaries, p.unsafe_no_noise,
                        ring_slack=slack)
+
+
+def _crowd(cfg: Config, dim: int, z: float, sensitivity: float) -> str:
+    """The noise-to-signal sentence of the run's first lines (``fedrl.privacy.crowd``): a step's
+    noise against one clipped update, for the run's topology, nodes per step and mode."""
+    p, t = cfg.privacy, cfg.topology
+    if t.name == "gossip":  # local DP only (central and distributed are refused under gossip)
+        mixing = metropolis_hastings(graph(t.graph, cfg.nodes.count, 1, t.degree, cfg.seed)).tolist()
+        return crowd_line(gossip_ratio(z, dim, mixing), f"z x sqrt({dim} weights) x the worst node's mixing-weight "
+                                                          f"norm on the {t.graph} graph")
+    n = cfg.strategy.buffer if cfg.strategy.name == "fedbuff" else cfg.nodes_per_round
+    edges = t.edges if t.name == "hierarchical" else 1
+    what = "the buffer's" if cfg.strategy.name == "fedbuff" else "a round's"
+    split = f" split over {edges} edges, each noising its own" if edges > 1 else ""
+    if p.mode == "local":
+        return crowd_line(local_ratio(z, dim, n, edges),
+                          f"z x sqrt({dim} weights) / sqrt({n / edges:g}), {what} {n} nodes{split} mean")
+    return crowd_line(central_ratio(z, sensitivity, p.clip_norm, dim, n, edges),
+                      f"z x {sensitivity / p.clip_norm:.3g} x sqrt({dim} weights) / {n / edges:g}: {what} {n} "
+                      f"nodes{split} sum")
 
 
 def ring_slack(cfg: Config, dim: int) -> float:
