@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from fedrl.compression.ring_codes import RingCoding
@@ -190,11 +190,10 @@ def plan_for(cfg: Config, continuous: bool, dim: int) -> PrivacyPlan | None:
                 raise ConfigError(key, "is not supported with privacy.mode = central and secagg.enabled = true (the "
                                        "server sees only the sum)")
         slack = ring_slack(cfg, dim)
-    note += " " + _crowd(cfg, dim, float((z ** -2 - (2 * count_std) ** -2) ** -0.5) if p.adaptive_clip else z,
-                         p.clip_norm + slack)
-    return PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note, p.adaptive_clip,
+    plan = PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note, p.adaptive_clip,
                        p.target_quantile, p.clip_lr, count_std, p.audit_canaries, p.unsafe_no_noise,
                        ring_slack=slack)
+    return replace(plan, note=f"{note} {_crowd(cfg, dim, plan.z_update, plan.sensitivity)}")
 
 
 def _crowd(cfg: Config, dim: int, z: float, sensitivity: float) -> str:
