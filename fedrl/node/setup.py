@@ -52,5 +52,5 @@ def node_setup(cfg: Config) -> NodeSetup:
     up = stage(cfg.compression, "up", [w.shape for w in template], compensated=cfg.topology.name == "gossip")
     return NodeSetup(cfg, algorithm, variants, spec, template, up, stage(cfg.compression, "down"),
                      dict(parse_kwargs(cfg.env.kwargs)),
-                     plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in template)),
+                     plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in template), crowd=False),
                      sample_plan(cfg, model), attack_plan(cfg))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fedrl.config import from_run_config
@@ -52,3 +54,12 @@ def test_the_run_states_its_ratio_before_round_1() -> None:
     gossip = note(**{"privacy.mode": "local", "privacy.noise-multiplier": 0.01, "topology.name": "gossip",
                      "topology.graph": "exponential"})
     assert "about 0.391x" in gossip and "expect little learning" not in gossip  # 0.01 x 95.68 / sqrt(6)
+
+
+def test_a_nodes_plan_is_the_servers_without_the_sentence() -> None:
+    cfg = from_run_config({**CARTPOLE, "privacy.mode": "local", "privacy.noise-multiplier": 0.01,
+                           "topology.name": "gossip", "topology.graph": "exponential"})
+    server, node = plan_for(cfg, False, 9155), plan_for(cfg, False, 9155, crowd=False)
+    assert server is not None and node is not None
+    assert "noise" in server.note and server.note.startswith(node.note) and len(server.note) > len(node.note)
+    assert dataclasses.replace(server, note=node.note) == node  # the same guarantee, only the note differs
