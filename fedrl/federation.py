@@ -200,22 +200,12 @@ class Federation:
         return failed
 
     def guarded(self, label: str, apply: Callable[[], None]) -> None:
-        """Run one aggregation step; if it leaves a model slot or its observation statistics
-        non-finite, the rule gives back what was there before (bit for bit) and ``failed`` says why.
-
-        One guard for every rule: whatever overflowed (a finite but huge update, a server
-        optimizer's division, DP noise), the run goes on with the previous model.
-        """
-        saved = self.rule.save()
-        apply()
-        bad = guards.nonfinite_slots(self.rule.models, self.rule.moments)
-        if not bad:
-            return
-        self.rule.restore(saved, bad)
-        what = ("global model" if len(self.rule.models) == 1
-                else f"model of {'node' if self.per_node else 'edge'}s {bad}")
-        self.failed = f"{label} gave a non-finite {what} (or observation statistics); kept the previous one"
-        log.warning("round %d: aggregation failed: %s", self.round + 1, self.failed)
+        """Run one aggregation step; one that leaves a model slot or its statistics non-finite is
+        undone (``guards.undo_if_nonfinite``) and ``failed`` says why."""
+        failed = guards.undo_if_nonfinite(self.rule, label, apply)
+        if failed is not None:
+            self.failed = failed
+            log.warning("round %d: aggregation failed: %s", self.round + 1, failed)
 
     def aggregate(self, replies: list[Reply], rnd: int | None = None) -> None:
         """Apply valid replies (already checked with ``validate``) of round ``rnd`` (default: the next).

@@ -26,7 +26,10 @@ from fedrl.rl.networks import check_weights
 from fedrl.rl.normalize import Moments
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fedrl.federation import Federation
+    from fedrl.rules.base import ServerRule
     from fedrl.wire import Reply
 
 
@@ -141,3 +144,20 @@ def nonfinite_slots(models: list[list[np.ndarray]], moments: list[Moments | None
         if not finite:
             bad.append(s)
     return bad
+
+
+def undo_if_nonfinite(rule: ServerRule, label: str, apply: Callable[[], None]) -> str | None:
+    """Run one aggregation step of ``rule``; if it leaves a model slot or its observation
+    statistics non-finite, give back what was there before (bit for bit) and say why, else None.
+
+    One guard for every rule: whatever overflowed (a finite but huge update, a server
+    optimizer's division, DP noise), the run goes on with the previous model.
+    """
+    saved = rule.save()
+    apply()
+    bad = nonfinite_slots(rule.models, rule.moments)
+    if not bad:
+        return None
+    rule.restore(saved, bad)
+    what = "global model" if len(rule.models) == 1 else f"model of {'node' if rule.per_node else 'edge'}s {bad}"
+    return f"{label} gave a non-finite {what} (or observation statistics); kept the previous one"
