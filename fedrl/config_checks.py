@@ -28,6 +28,10 @@ def off_or_non_negative(v: Any) -> str | None:
     return None if v == -1 or v >= 0 else "must be >= 0, or -1 (off)"
 
 
+def off_or_positive(v: Any) -> str | None:
+    return None if v == -1 or v > 0 else "must be > 0, or -1 (off)"
+
+
 def unit_open_closed(v: Any) -> str | None:
     return None if 0 < v <= 1 else "must be in (0, 1]"
 

@@ -150,6 +150,11 @@ class PrivacyConfig:
         "privacy budget at privacy.delta: with noise-multiplier 0 the noise is set to meet it after the planned "
         "rounds; with a noise multiplier the run stops before a round that would exceed it (0: no budget)",
         ck.non_negative)
+    clip_norm_end: float = opt(
+        "privacy.clip-norm-end", -1.0,
+        "central or local: the clip norm in the last round, annealed linearly from privacy.clip-norm in round 1, so "
+        "the noise (z x the clip norm) shrinks as the updates do under ppo.anneal-lr; a public schedule, no ε cost "
+        "(-1: constant)", ck.off_or_positive)
     delta: float = opt("privacy.delta", 1e-5, "δ of the reported (ε, δ)", ck.unit_open)
     accountant: Literal["rdp", "prv"] = opt("privacy.accountant", "rdp", "Opacus accountant: rdp or prv")
     adaptive_clip: bool = opt("privacy.adaptive-clip", False,

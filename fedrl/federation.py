@@ -152,6 +152,8 @@ class Federation:
     def begin_round(self, rnd: int) -> None:
         """Make this round's broadcast of every model slot (call once, before ``plan``); with
         ``algo.norm-obs = server`` first merge the server's own rollouts into the statistics."""
+        if self.dp is not None:
+            self.dp.begin_round(rnd)  # privacy.clip-norm-end: this round's clip norm, sent in every plan
         if self.obs_from_server:  # the server's own rollouts on evaluated variants (fedrl.rl.obs_stats)
             m = self.rule.moments[0]
             assert m is not None  # obs_on: the rule keeps statistics

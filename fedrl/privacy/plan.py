@@ -43,6 +43,19 @@ class PrivacyPlan:
     no_noise: bool = False  # privacy.unsafe-no-noise: the audit's negative control
     dist: SkellamCoding | None = None  # distributed mode: the ring coding every party uses
     ring_slack: float = 0.0  # central mode under secagg: how far quantization may move a clipped update (L2)
+    clip_end: float = -1.0  # privacy.clip-norm-end: the last round's clip norm (-1: constant)
+    rounds: int = 1  # num-server-rounds: where the schedule ends
+
+    def clip_at(self, rnd: int) -> float:
+        """Round ``rnd``'s clip norm: ``clip``, or with ``privacy.clip-norm-end`` annealed linearly
+        to ``clip_end`` by the last round. Why: under ``ppo.anneal-lr`` the nodes' updates shrink
+        toward 0 while noise of std z C does not, so late rounds release mostly noise. The schedule
+        depends on the config alone, so every round is still a Gaussian mechanism with multiplier
+        z on a sum of sensitivity ``clip_at(rnd)`` (plus ``ring_slack``): the same ε."""
+        if self.clip_end < 0 or self.rounds <= 1:
+            return self.clip
+        f = min(max((rnd - 1) / (self.rounds - 1), 0.0), 1.0)
+        return self.clip + (self.clip_end - self.clip) * f
 
     @property
     def sensitivity(self) -> float:
@@ -85,6 +98,9 @@ class PrivacyPlan:
                      f"std is z x {self.sensitivity:.4g}")
         clip = (f"clip-norm adaptive from {self.clip:g} (quantile {self.quantile:g}, count noise {self.count_std:.3g}, "
                 f"update noise multiplier {self.z_update:.4g})" if self.adaptive else f"clip-norm {self.clip:g}")
+        if self.clip_end >= 0:
+            clip += (f" annealed linearly to {self.clip_end:g} by round {self.rounds} (the noise with it; a public "
+                     "schedule, no ε cost)")
         return (f"privacy: {self.mode} DP ({where}), {clip}, noise multiplier {self.z:.4g}, "
                 f"sampling rate {self.q:g}, {self.accountant} accountant: ε = {eps:.3g} at δ = {self.delta:g} "
                 f"after {rounds} rounds{'; budget ε ≤ ' + format(self.budget, 'g') if self.budget else ''}. "
@@ -125,6 +141,7 @@ def plan_for(cfg: Config, continuous: bool, dim: int, *, crowd: bool = True) -> 
                                       "shares protect only a sum the server cannot see unmasked")
     if cfg.strategy.name == "local":
         raise ConfigError("privacy.mode", "privacy.mode with strategy.name = local: there is no aggregate to protect")
+    _check_clip_schedule(cfg)
     if node_statistics_travel(cfg.algo.norm_obs, continuous):
         raise ConfigError("algo.norm-obs", f"privacy.mode = {p.mode} with observation normalization on "
                                        "(algo.norm-obs; auto is on for continuous actions): each node's observation "
@@ -194,8 +211,22 @@ def plan_for(cfg: Config, continuous: bool, dim: int, *, crowd: bool = True) -> 
         slack = ring_slack(cfg, dim)
     plan = PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note, p.adaptive_clip,
                        p.target_quantile, p.clip_lr, count_std, p.audit_canaries, p.unsafe_no_noise,
-                       ring_slack=slack)
+                       ring_slack=slack, clip_end=p.clip_norm_end, rounds=rounds)
     return replace(plan, note=f"{note} {_crowd(cfg, dim, plan.z_update, plan.sensitivity)}") if crowd else plan
+
+
+def _check_clip_schedule(cfg: Config) -> None:
+    """``privacy.clip-norm-end`` follows the server's rounds with one fixed clip norm each."""
+    p = cfg.privacy
+    if p.clip_norm_end < 0:
+        return
+    why = ("privacy.mode = distributed: each node's noise share is sized for one clip norm" if p.mode == "distributed"
+           else "privacy.adaptive-clip = true: the clip norm already follows the updates" if p.adaptive_clip
+           else f"strategy.name = {cfg.strategy.name}: the buffer steps whenever it fills, not once a round"
+           if cfg.strategy.name in ("fedbuff", "fedasync") else "")
+    if why:
+        raise ConfigError("privacy.clip-norm-end", f"is a per-round schedule and cannot be used with {why}; "
+                                                   "set it to -1 (a constant clip norm)")
 
 
 def _crowd(cfg: Config, dim: int, z: float, sensitivity: float) -> str:

@@ -31,6 +31,12 @@ class ServerPrivacy:
         self._noise_rng = private_rng()
         self.audit = CanaryAudit(plan.audit, n_params, secrets.randbits(64)) if plan.audit else None
 
+    def begin_round(self, rnd: int) -> None:
+        """Set round ``rnd``'s clip norm when it follows a schedule (``privacy.clip-norm-end``);
+        adaptive clipping moves it after each round instead."""
+        if self.plan.clip_end >= 0:
+            self.clip = self.plan.clip_at(rnd)
+
     def mean(self, deltas: list[np.ndarray], selected: float, rnd: int,
              below: list[float | None] | None = None) -> np.ndarray:
         """DP-FedAvg's server step (McMahan et al. 2018), and one step of the ledger
@@ -89,14 +95,14 @@ class ServerPrivacy:
     def secure_mean(self, total: np.ndarray, selected: float, account: bool = True) -> np.ndarray:
         """Central DP under secure aggregation: the unmasked sum of the nodes' clipped, quantized
         updates (each weighs 1) plus N(0, (z S)^2), ``S`` = clip norm + quantization slack
-        (``PrivacyPlan.sensitivity``), divided by the nodes selected; one ledger step unless
+        (``PrivacyPlan.sensitivity``, at this round's clip norm), divided by the nodes selected; one ledger step unless
         ``account`` is False (a round releasing several disjoint sums, one per edge, accounts once
         with ``account()``). The nodes' own clipping is trusted here: the server cannot see an
         update to clip it again."""
         p = self.plan
         out = np.asarray(total, np.float64)
         if not p.no_noise:
-            out = out + gaussian(self.n_params, p.z * p.sensitivity, self._noise_rng)
+            out = out + gaussian(self.n_params, p.z * (self.clip + p.ring_slack), self._noise_rng)
         if account:
             self.account()
         return np.asarray(out / max(selected, 1), np.float32)
