@@ -152,8 +152,6 @@ class Federation:
     def begin_round(self, rnd: int) -> None:
         """Make this round's broadcast of every model slot (call once, before ``plan``); with
         ``algo.norm-obs = server`` first merge the server's own rollouts into the statistics."""
-        if self.dp is not None:
-            self.dp.begin_round(rnd)  # privacy.clip-norm-end: this round's clip norm, sent in every plan
         if self.obs_from_server:  # the server's own rollouts on evaluated variants (fedrl.rl.obs_stats)
             m = self.rule.moments[0]
             assert m is not None  # obs_on: the rule keeps statistics
@@ -240,6 +238,8 @@ class Federation:
         """Round ``rnd`` is over (its model is final and recorded next); ``strategy.ema`` folds it
         into the average. A restored checkpoint sets ``round`` instead (``fedrl.snapshot``)."""
         self.round = rnd
+        if self.dp is not None:
+            self.dp.schedule(rnd + 1)  # privacy.clip-norm-end: the next round's clip norm (checkpointed with it)
         if self.average is not None:
             self.average.update(self.rule.server_model(rnd))
 

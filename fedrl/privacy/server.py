@@ -31,9 +31,10 @@ class ServerPrivacy:
         self._noise_rng = private_rng()
         self.audit = CanaryAudit(plan.audit, n_params, secrets.randbits(64)) if plan.audit else None
 
-    def begin_round(self, rnd: int) -> None:
-        """Set round ``rnd``'s clip norm when it follows a schedule (``privacy.clip-norm-end``);
-        adaptive clipping moves it after each round instead."""
+    def schedule(self, rnd: int) -> None:
+        """Set round ``rnd``'s clip norm when it follows a schedule (``privacy.clip-norm-end``); called
+        as round ``rnd - 1`` ends, so ``clip`` is the coming round's whenever it is read (plans,
+        records, the checkpoint), as with adaptive clipping, which moves it at the same point."""
         if self.plan.clip_end >= 0:
             self.clip = self.plan.clip_at(rnd)
 

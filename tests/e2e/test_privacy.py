@@ -62,10 +62,12 @@ def test_the_budget_stops_the_run_cleanly_before_it_is_exceeded(flower: LocalFlo
 def test_local_dp_runs_and_accounts(flower: LocalFlower, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     res = flower.run(REPO, f"{SMALL} num-server-rounds=2 privacy.mode='local' privacy.noise-multiplier=1.0 "
-                           f"compression.up='quantize' output-dir='{out}' run-name='l'")
+                           f"privacy.clip-norm-end=0.25 compression.up='quantize' output-dir='{out}' run-name='l'")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "annealed linearly to 0.25 by round 2" in res.stdout
     rows = _rows(out / "l")
-    assert [r["epsilon"] for r in rows] == [epsilon_after(1.0, 1.0, r, 1e-5) for r in (1, 2)]
+    assert [r["epsilon"] for r in rows] == [epsilon_after(1.0, 1.0, r, 1e-5) for r in (1, 2)]  # a schedule costs no ε
+    assert [r["clip_norm"] for r in rows] == [1.0, 0.25]  # each round's plans carried its clip norm
 
 
 def test_adaptive_clipping_moves_the_clip_norm_between_rounds(flower: LocalFlower, tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def test_each_round_noises_for_its_own_clip_norm_at_the_same_epsilon() -> None:
     plan = _plan()
     assert plan is not None
     dp = ServerPrivacy(plan, 100_000)
-    dp.begin_round(30)
+    dp.schedule(30)
     assert dp.clip == pytest.approx(0.05, rel=1e-12)
     big = np.zeros(100_000)
     big[0] = 10.0  # norm 10: clipped to 0.05 this round
@@ -52,7 +52,7 @@ def test_the_secure_sum_is_noised_for_the_rounds_clip_plus_the_rounding() -> Non
                     "secagg.clip-range": 0.05})
     assert plan is not None and plan.ring_slack == pytest.approx(2 * 0.05 * math.sqrt(9155) / 255, rel=1e-12)
     dp = ServerPrivacy(plan, 200_000)
-    dp.begin_round(30)
+    dp.schedule(30)
     mean = dp.secure_mean(np.zeros(200_000), selected=4)
     assert float(mean.std()) == pytest.approx((0.05 + plan.ring_slack) / 4, rel=0.01)
 
