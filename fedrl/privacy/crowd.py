@@ -8,13 +8,19 @@ agreeing updates keeps a norm of up to C. Local DP noises every update, so the m
 independent draws: z·sqrt(d)/sqrt(n). Measured on heterogeneous CartPole (docs/privacy.md,
 "When DP learns"), every run that solved had a ratio of about 1 or less, and none above 2 solved.
 
-Pure arithmetic: no Flower, no torch.
+Pure arithmetic (and the sentence a config's plan ends with): no Flower, no torch.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from fedrl.topology.graphs import graph, metropolis_hastings
+
+if TYPE_CHECKING:
+    from fedrl.config import Config
 
 NO_SOLVE_ABOVE = 2.0  # no measured run with a larger ratio solved heterogeneous CartPole (docs/privacy.md)
 
@@ -44,3 +50,23 @@ def crowd_line(ratio: float, how: str) -> str:
                "nodes per step, a smaller network or a looser ε lower it." if ratio > NO_SOLVE_ABOVE else "")
     return (f"Noise to signal: a step's noise has about {ratio:.3g}x the L2 norm of one clipped update ({how}); "
             f"docs/privacy.md ('When DP learns') lists measured runs by this ratio.{verdict}")
+
+
+def crowd_sentence(cfg: Config, dim: int, z: float, sensitivity: float) -> str:
+    """The noise-to-signal sentence of the run's first lines: a step's
+    noise against one clipped update, for the run's topology, nodes per step and mode."""
+    p, t = cfg.privacy, cfg.topology
+    if t.name == "gossip":  # local DP only (central and distributed are refused under gossip)
+        mixing = metropolis_hastings(graph(t.graph, cfg.nodes.count, 1, t.degree, cfg.seed)).tolist()
+        return crowd_line(gossip_ratio(z, dim, mixing), f"z x sqrt({dim} weights) x the worst node's mixing-weight "
+                                                          f"norm on the {t.graph} graph")
+    n = cfg.strategy.buffer if cfg.strategy.name == "fedbuff" else cfg.nodes_per_round
+    edges = t.edges if t.name == "hierarchical" else 1
+    what = "the buffer's" if cfg.strategy.name == "fedbuff" else "a round's"
+    split = f" split over {edges} edges, each noising its own" if edges > 1 else ""
+    if p.mode == "local":
+        return crowd_line(local_ratio(z, dim, n, edges),
+                          f"z x sqrt({dim} weights) / sqrt({n / edges:g}), {what} {n} nodes{split} mean")
+    return crowd_line(central_ratio(z, sensitivity, p.clip_norm, dim, n, edges),
+                      f"z x {sensitivity / p.clip_norm:.3g} x sqrt({dim} weights) / {n / edges:g}: {what} {n} "
+                      f"nodes{split} sum")

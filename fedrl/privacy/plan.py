@@ -10,10 +10,9 @@ from fedrl.compression.ring_codes import RingCoding
 from fedrl.config import Config, node_statistics_travel
 from fedrl.errors import ConfigError
 from fedrl.privacy.accounting import Ledger, epsilon_after, noise_for_target
-from fedrl.privacy.crowd import central_ratio, crowd_line, gossip_ratio, local_ratio
+from fedrl.privacy.crowd import crowd_sentence
 from fedrl.privacy.skellam import SkellamCoding, SkellamLedger, coding_for, z_for_target
 from fedrl.secagg.params import threshold_count
-from fedrl.topology.graphs import graph, metropolis_hastings
 
 if TYPE_CHECKING:
     from torch import nn
@@ -95,7 +94,7 @@ class PrivacyPlan:
         if self.ring_slack:
             where = (f"nodes clip, the server adds noise to the securely summed updates; their {self.ring_slack:.3g} of "
                      f"rounding after quantization counts in the sensitivity {self.sensitivity:.4g}, the noise "
-                     f"std is z x {self.sensitivity:.4g}")
+                     f"std is z x {self.sensitivity:.4g}{' in round 1' if self.clip_end >= 0 else ''}")
         clip = (f"clip-norm adaptive from {self.clip:g} (quantile {self.quantile:g}, count noise {self.count_std:.3g}, "
                 f"update noise multiplier {self.z_update:.4g})" if self.adaptive else f"clip-norm {self.clip:g}")
         if self.clip_end >= 0:
@@ -212,7 +211,7 @@ def plan_for(cfg: Config, continuous: bool, dim: int, *, crowd: bool = True) -> 
     plan = PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note, p.adaptive_clip,
                        p.target_quantile, p.clip_lr, count_std, p.audit_canaries, p.unsafe_no_noise,
                        ring_slack=slack, clip_end=p.clip_norm_end, rounds=rounds)
-    return replace(plan, note=f"{note} {_crowd(cfg, dim, plan.z_update, plan.sensitivity)}") if crowd else plan
+    return replace(plan, note=f"{note} {crowd_sentence(cfg, dim, plan.z_update, plan.sensitivity)}") if crowd else plan
 
 
 def _check_clip_schedule(cfg: Config) -> None:
@@ -227,26 +226,6 @@ def _check_clip_schedule(cfg: Config) -> None:
     if why:
         raise ConfigError("privacy.clip-norm-end", f"is a per-round schedule and cannot be used with {why}; "
                                                    "set it to -1 (a constant clip norm)")
-
-
-def _crowd(cfg: Config, dim: int, z: float, sensitivity: float) -> str:
-    """The noise-to-signal sentence of the run's first lines (``fedrl.privacy.crowd``): a step's
-    noise against one clipped update, for the run's topology, nodes per step and mode."""
-    p, t = cfg.privacy, cfg.topology
-    if t.name == "gossip":  # local DP only (central and distributed are refused under gossip)
-        mixing = metropolis_hastings(graph(t.graph, cfg.nodes.count, 1, t.degree, cfg.seed)).tolist()
-        return crowd_line(gossip_ratio(z, dim, mixing), f"z x sqrt({dim} weights) x the worst node's mixing-weight "
-                                                          f"norm on the {t.graph} graph")
-    n = cfg.strategy.buffer if cfg.strategy.name == "fedbuff" else cfg.nodes_per_round
-    edges = t.edges if t.name == "hierarchical" else 1
-    what = "the buffer's" if cfg.strategy.name == "fedbuff" else "a round's"
-    split = f" split over {edges} edges, each noising its own" if edges > 1 else ""
-    if p.mode == "local":
-        return crowd_line(local_ratio(z, dim, n, edges),
-                          f"z x sqrt({dim} weights) / sqrt({n / edges:g}), {what} {n} nodes{split} mean")
-    return crowd_line(central_ratio(z, sensitivity, p.clip_norm, dim, n, edges),
-                      f"z x {sensitivity / p.clip_norm:.3g} x sqrt({dim} weights) / {n / edges:g}: {what} {n} "
-                      f"nodes{split} sum")
 
 
 def ring_slack(cfg: Config, dim: int) -> float:
