@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedrl.schedule import linear
+
 OPTIMIZERS = ("fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi")
 
 
@@ -36,11 +38,7 @@ def annealed_lr(start: float, end: float, rnd: int, total_rounds: int) -> float:
     changes stays near that trust region; a server step above 1 extrapolates beyond it. Early on
     that speeds learning; late, when the policy is good, it can overshoot a solved policy.
     """
-    if end < 0 or total_rounds <= 1:
-        return start
-    end = min(end, start)
-    frac = min(max((rnd - 1) / (total_rounds - 1), 0.0), 1.0)
-    return start + (end - start) * frac
+    return linear(start, end if end < 0 else min(end, start), rnd, total_rounds)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from fedrl.errors import ConfigError
 from fedrl.privacy.accounting import Ledger, epsilon_after, noise_for_target
 from fedrl.privacy.crowd import crowd_sentence
 from fedrl.privacy.skellam import SkellamCoding, SkellamLedger, coding_for, z_for_target
+from fedrl.schedule import linear
 from fedrl.secagg.params import threshold_count
 
 if TYPE_CHECKING:
@@ -51,10 +52,7 @@ class PrivacyPlan:
         toward 0 while noise of std z C does not, so late rounds release mostly noise. The schedule
         depends on the config alone, so every round is still a Gaussian mechanism with multiplier
         z on a sum of sensitivity ``clip_at(rnd)`` (plus ``ring_slack``): the same ε."""
-        if self.clip_end < 0 or self.rounds <= 1:
-            return self.clip
-        f = min(max((rnd - 1) / (self.rounds - 1), 0.0), 1.0)
-        return self.clip + (self.clip_end - self.clip) * f
+        return linear(self.clip, self.clip_end, rnd, self.rounds)
 
     @property
     def sensitivity(self) -> float:
