@@ -32,6 +32,6 @@ def adam_from_arrays(opt: torch.optim.Adam, arrays: dict[str, np.ndarray], prefi
             continue  # no saved moments (first round) or a different model: start fresh
         opt.state[p] = {
             "step": torch.tensor(float(arrays[f"{prefix}.{i}.step"][0])),
-            "exp_avg": torch.as_tensor(m).clone(),
-            "exp_avg_sq": torch.as_tensor(v).clone(),
+            "exp_avg": torch.as_tensor(m).to(p.dtype, copy=True),
+            "exp_avg_sq": torch.as_tensor(v).to(p.dtype, copy=True),
         }

@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from fedrl.rl.networks import as_real
 from fedrl.rl.normalize import Moments
 from fedrl.rl.rollout import Cursor, Rollout, scale_rewards, step_envs
 from fedrl.rl.stacked import StackedActorCritic
@@ -109,7 +110,7 @@ def collect_cohort(
         return (stats.normalize(by_node) if stats is not None else by_node.astype(np.float32)).reshape(raw.shape)
 
     raw_obs = cursor.obs
-    obs_t = torch.as_tensor(norm_obs(raw_obs, obs_m))
+    obs_t = as_real(norm_obs(raw_obs, obs_m))
     for t in range(steps):
         with torch.inference_mode():
             action, logp = model.sample(obs_t.reshape(k, e, -1), generators)
@@ -141,11 +142,11 @@ def collect_cohort(
         bufs["act"].append(flat_action)
         bufs["logp"].append(logp.reshape(n))
         bufs["val"].append(value.reshape(n))
-        bufs["rew"].append(torch.as_tensor(scaled, dtype=torch.float32))
-        bufs["term"].append(torch.as_tensor(terminated, dtype=torch.float32))
-        bufs["done"].append(torch.as_tensor(done, dtype=torch.float32))
+        bufs["rew"].append(as_real(scaled))
+        bufs["term"].append(as_real(terminated))
+        bufs["done"].append(as_real(done))
         raw_obs = next_raw
-        obs_t = torch.as_tensor(norm_obs(raw_obs, obs_m))
+        obs_t = as_real(norm_obs(raw_obs, obs_m))
 
     values = torch.stack(bufs["val"])
     with torch.inference_mode():
@@ -159,7 +160,7 @@ def collect_cohort(
                 filled[row // e] += 1
             x = torch.zeros((k, int(filled.max()), obs_t.shape[-1]))
             for j, (_, row, final_obs) in enumerate(truncated_final):
-                x[row // e, slot[j]] = torch.as_tensor(final_obs)
+                x[row // e, slot[j]] = as_real(final_obs)
             v_final = model.value(x)
             for j, (step, row, _) in enumerate(truncated_final):
                 next_values[step, row] = v_final[row // e, slot[j]]

@@ -20,7 +20,7 @@ from fedrl.config import Config
 from fedrl.envs.batched import BatchedEnv, make_batched_env
 from fedrl.rl.cohort_rollout import CohortNormalizers, MomentsStack, collect_cohort
 from fedrl.rl.cohort_update import StackedAdam, cohort_ppo_update
-from fedrl.rl.networks import PolicySpec
+from fedrl.rl.networks import PolicySpec, as_real
 from fedrl.rl.normalize import Moments
 from fedrl.rl.rollout import Cursor
 from fedrl.rl.stacked import StackedActorCritic
@@ -89,7 +89,7 @@ def train_cohort(spec: PolicySpec, cfg: Config, weights: list[list[np.ndarray]],
     _load_adam(optimizer, states)
     gens = [torch_generator(p.seed, TRAIN, p.node, p.round) for p in plans]
     hp = hyper(ppo)
-    mus = torch.tensor([p.prox_mu for p in plans], dtype=torch.float32)
+    mus = as_real([p.prox_mu for p in plans])
     prox = (mus, [p.detach().clone() for p in model.parameters()]) if bool((mus > 0).any()) else None
 
     obs_on, ret_on = uses_norm(algo.norm_obs, spec), uses_norm(algo.norm_reward, spec)

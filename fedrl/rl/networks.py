@@ -137,6 +137,14 @@ class ActorCritic(nn.Module):
         return out.argmax(-1) if self.spec.action_kind == "discrete" else out
 
 
+def as_real(x: object) -> torch.Tensor:
+    """``x`` as a tensor of torch's default float dtype: the dtype the networks compute in.
+
+    That is float32 unless a caller sets another (the cohort equivalence test trains in float64
+    to show the cohort and single paths are one algorithm, below float32's rounding noise)."""
+    return torch.as_tensor(x, dtype=torch.get_default_dtype())
+
+
 def weight_names(model: nn.Module) -> list[str]:
     return list(model.state_dict().keys())
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from typing_extensions import Self
 
-from fedrl.rl.networks import ActorCritic
+from fedrl.rl.networks import ActorCritic, as_real
 from fedrl.rl.normalize import Moments, normalize
 
 
@@ -144,7 +144,7 @@ def collect(
     def norm_obs(x: np.ndarray) -> np.ndarray:
         return normalize(x, obs_m) if obs_m is not None else x.astype(np.float32)
 
-    obs_t = torch.as_tensor(norm_obs(raw_obs))
+    obs_t = as_real(norm_obs(raw_obs))
     for t in range(steps):
         with torch.inference_mode():
             if random_actions:
@@ -173,18 +173,18 @@ def collect(
         act_buf.append(action)
         logp_buf.append(logp)
         val_buf.append(value)
-        rew_buf.append(torch.as_tensor(scaled, dtype=torch.float32))
-        term_buf.append(torch.as_tensor(terminated, dtype=torch.float32))
-        done_buf.append(torch.as_tensor(done, dtype=torch.float32))
+        rew_buf.append(as_real(scaled))
+        term_buf.append(as_real(terminated))
+        done_buf.append(as_real(done))
         raw_obs = next_raw
-        obs_t = torch.as_tensor(norm_obs(raw_obs))
+        obs_t = as_real(norm_obs(raw_obs))
 
     values = torch.stack(val_buf)
     with torch.inference_mode():
         last_value = model.value(obs_t)
         next_values = torch.cat([values[1:], last_value[None]], 0).clone()
         if truncated_final:
-            finals = torch.as_tensor(np.stack([f for _, _, f in truncated_final]))
+            finals = as_real(np.stack([f for _, _, f in truncated_final]))
             v_final = model.value(finals)
             for k, (step, env_i, _) in enumerate(truncated_final):
                 next_values[step, env_i] = v_final[k]

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedrl.rl.networks import LOG_STD, ActorCritic, PolicySpec
+from fedrl.rl.networks import LOG_STD, ActorCritic, PolicySpec, as_real
 
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
@@ -48,7 +48,7 @@ class StackedActorCritic:
             stacked = np.stack([np.asarray(w[i], np.float32) for w in weights])
             if stacked.shape[1:] != tuple(ref.shape):
                 raise ValueError(f"{name}: expected shape {tuple(ref.shape)}, got {stacked.shape[1:]}")
-            self.params[name] = torch.tensor(stacked, requires_grad=True)
+            self.params[name] = as_real(stacked).clone().requires_grad_(True)
         self._actor = _layers(template.actor, "actor")
         self._critic = _layers(template.critic, "critic")
 
