@@ -75,6 +75,10 @@ def decay(v: Any) -> str | None:
     return None if 0 <= v < 1 else "must be in [0, 1) (0: off)"
 
 
+def off_or_unit_open(v: Any) -> str | None:
+    return None if 0 <= v < 1 else "must be 0 (off) or in (0, 1)"
+
+
 def unit_open(v: Any) -> str | None:
     return None if 0 < v < 1 else "must be in (0, 1)"
 

@@ -155,6 +155,11 @@ class PrivacyConfig:
         "central or local: the clip norm in the last round, annealed linearly from privacy.clip-norm in round 1, so "
         "the noise (z x the clip norm) shrinks as the updates do under ppo.anneal-lr; a public schedule, no ε cost "
         "(-1: constant)", ck.off_or_positive)
+    actor_share: float = opt(
+        "privacy.actor-share", 0.0,
+        "central or local, ppo: clip the actor's and the critic's parts of an update apart, the actor to "
+        "C sqrt(s) and the critic to C sqrt(1 - s), so the whole stays within C (same ε) and the critic's larger "
+        "update no longer takes the actor's share of the clip (0: one clip on the whole update)", ck.off_or_unit_open)
     delta: float = opt("privacy.delta", 1e-5, "δ of the reported (ε, δ)", ck.unit_open)
     accountant: Literal["rdp", "prv"] = opt("privacy.accountant", "rdp", "Opacus accountant: rdp or prv")
     adaptive_clip: bool = opt("privacy.adaptive-clip", False,

@@ -66,7 +66,8 @@ class Federation:
         # algo.norm-obs = server: the statistics come from the server's own rollouts (begin_round)
         self.obs_from_server = self.obs_on and cfg.algo.norm_obs == "server"
         self.obs_travel = self.obs_on and not self.obs_from_server  # replies carry the nodes' statistics
-        self.privacy = plan_for(cfg, self.spec.action_kind == "continuous", self.n_params)
+        self.privacy = plan_for(cfg, self.spec.action_kind == "continuous", self.n_params,
+                                layout=[(n, w.size) for n, w in zip(self.names, w0, strict=True)])
         self.dp = ServerPrivacy(self.privacy, self.n_params) if self.privacy is not None else None
         self.selector = Selector(cfg)
         rule = registry.build(RuleSetup(cfg, w0, self.spec.obs_dim if self.obs_on else None, self.variants,

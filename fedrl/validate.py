@@ -78,6 +78,7 @@ def check(run_config: Mapping[str, Any]) -> Config:
 
         spec = policy_spec(cfg, variants_of(cfg)[0])
         model = algorithm(cfg.algo.name).model_for(cfg)(spec)  # the run's model: its size is what DP plans for
-        plan_for(cfg, spec.action_kind == "continuous", sum(t.numel() for t in model.parameters()))
+        plan_for(cfg, spec.action_kind == "continuous", sum(t.numel() for t in model.parameters()),
+                 layout=[(n, t.numel()) for n, t in model.state_dict().items()])
         sample_plan(cfg, model)
     return cfg

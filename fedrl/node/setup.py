@@ -15,7 +15,7 @@ from fedrl.config import Config
 from fedrl.envs.spec import parse_kwargs
 from fedrl.experiment import policy_spec, variants_of
 from fedrl.privacy.plan import PrivacyPlan, plan_for, sample_plan
-from fedrl.rl.networks import PolicySpec, get_weights
+from fedrl.rl.networks import PolicySpec, get_weights, weight_names
 
 if TYPE_CHECKING:
     from fedrl.privacy.dpsgd import SampleDP
@@ -52,5 +52,6 @@ def node_setup(cfg: Config) -> NodeSetup:
     up = stage(cfg.compression, "up", [w.shape for w in template], compensated=cfg.topology.name == "gossip")
     return NodeSetup(cfg, algorithm, variants, spec, template, up, stage(cfg.compression, "down"),
                      dict(parse_kwargs(cfg.env.kwargs)),
-                     plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in template), crowd=False),
+                     plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in template), crowd=False,
+                              layout=[(n, w.size) for n, w in zip(weight_names(model), template, strict=True)]),
                      sample_plan(cfg, model), attack_plan(cfg))

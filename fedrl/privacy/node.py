@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrl.privacy.clipping import clip_l2
+from fedrl.privacy.clipping import clip_parts
 from fedrl.privacy.noise import gaussian, private_rng
 from fedrl.privacy.plan import PrivacyPlan
 
@@ -22,14 +22,15 @@ def dpsgd_field(metrics: Iterable[Mapping[str, Any] | None]) -> dict[str, float]
 
 
 def privatize(delta: np.ndarray, plan: PrivacyPlan, clip: float | None = None) -> tuple[np.ndarray, bool]:
-    """Clip the flat update to ``clip`` (default ``plan.clip``; L2); in local mode also add N(0, (z C)^2).
+    """Clip the flat update to ``clip`` (default ``plan.clip``; L2; with ``plan.parts`` each part to its
+    share, ``fedrl.privacy.clipping``); in local mode also add N(0, (z C)^2).
 
     Returns the update and whether it was within the bound before clipping (the bit adaptive
     clipping counts). Local noise comes from :func:`private_rng`: the server, which knows the
     run's seed, cannot replay it.
     """
     bound = plan.clip if clip is None or clip <= 0 else clip
-    out, norm = clip_l2(delta, bound)
+    out, norm = clip_parts(delta, bound, plan.parts)
     if plan.mode == "local":
         out = out + gaussian(out.size, plan.z * bound, private_rng())
     return out, norm <= bound

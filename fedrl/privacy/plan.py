@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,7 @@ from fedrl.compression.ring_codes import RingCoding
 from fedrl.config import Config, node_statistics_travel
 from fedrl.errors import ConfigError
 from fedrl.privacy.accounting import Ledger, epsilon_after, noise_for_target
+from fedrl.privacy.clipping import Parts, parts_for
 from fedrl.privacy.crowd import crowd_sentence
 from fedrl.privacy.skellam import SkellamCoding, SkellamLedger, coding_for, z_for_target
 from fedrl.schedule import linear
@@ -45,6 +47,7 @@ class PrivacyPlan:
     ring_slack: float = 0.0  # central mode under secagg: how far quantization may move a clipped update (L2)
     clip_end: float = -1.0  # privacy.clip-norm-end: the last round's clip norm (-1: constant)
     rounds: int = 1  # num-server-rounds: where the schedule ends
+    parts: Parts = ()  # privacy.actor-share: the update's parts, clipped apart (fedrl.privacy.clipping)
 
     def clip_at(self, rnd: int) -> float:
         """Round ``rnd``'s clip norm: ``clip``, or with ``privacy.clip-norm-end`` annealed linearly
@@ -107,9 +110,11 @@ class PrivacyPlan:
                    else ""))
 
 
-def plan_for(cfg: Config, continuous: bool, dim: int, *, crowd: bool = True) -> PrivacyPlan | None:
+def plan_for(cfg: Config, continuous: bool, dim: int, *, crowd: bool = True,
+             layout: Sequence[tuple[str, int]] = ()) -> PrivacyPlan | None:
     """The run's privacy plan (None when ``privacy.mode = off``); ``continuous``: the env's actions are;
-    ``dim``: the policy's number of parameters. ``crowd``: end the note with the noise-to-signal
+    ``dim``: the policy's number of parameters; ``layout``: its weights' names and sizes in order
+    (needed by ``privacy.actor-share``). ``crowd``: end the note with the noise-to-signal
     sentence (the server and ``fedrl check`` print it; a node's plan leaves it out, since under
     gossip it builds the graph's mixing matrix, 0.5 s at 1,000 nodes on the complete graph).
 
@@ -139,6 +144,7 @@ def plan_for(cfg: Config, continuous: bool, dim: int, *, crowd: bool = True) -> 
     if cfg.strategy.name == "local":
         raise ConfigError("privacy.mode", "privacy.mode with strategy.name = local: there is no aggregate to protect")
     _check_clip_schedule(cfg)
+    parts = parts_for(p, layout)
     if node_statistics_travel(cfg.algo.norm_obs, continuous):
         raise ConfigError("algo.norm-obs", f"privacy.mode = {p.mode} with observation normalization on "
                                        "(algo.norm-obs; auto is on for continuous actions): each node's observation "
@@ -208,7 +214,7 @@ def plan_for(cfg: Config, continuous: bool, dim: int, *, crowd: bool = True) -> 
         slack = ring_slack(cfg, dim)
     plan = PrivacyPlan(p.mode, p.clip_norm, z, q, p.delta, p.accountant, budget, note, p.adaptive_clip,
                        p.target_quantile, p.clip_lr, count_std, p.audit_canaries, p.unsafe_no_noise,
-                       ring_slack=slack, clip_end=p.clip_norm_end, rounds=rounds)
+                       ring_slack=slack, clip_end=p.clip_norm_end, rounds=rounds, parts=parts)
     return replace(plan, note=f"{note} {crowd_sentence(cfg, dim, plan.z_update, plan.sensitivity)}") if crowd else plan
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from fedrl.privacy.accounting import Ledger
 from fedrl.privacy.audit import AuditResult, CanaryAudit
-from fedrl.privacy.clipping import clip_l2
+from fedrl.privacy.clipping import clip_parts
 from fedrl.privacy.noise import gaussian, private_rng
 from fedrl.privacy.plan import PrivacyPlan
 from fedrl.privacy.skellam import SkellamLedger
@@ -70,7 +70,7 @@ class ServerPrivacy:
             total = np.sum(deltas, axis=0, dtype=np.float64)
             out = np.asarray(total / len(deltas), np.float32)
         else:
-            total = np.asarray(np.sum([clip_l2(d, self.clip)[0] for d in deltas], axis=0, dtype=np.float64))
+            total = np.asarray(np.sum([clip_parts(d, self.clip, p.parts)[0] for d in deltas], axis=0, dtype=np.float64))
             if self.audit is not None:  # canary nodes: each an update of norm C, inside the mechanism
                 total += self.audit.inject(rnd, self.clip)
             if not p.no_noise:
