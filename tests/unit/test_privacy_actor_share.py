@@ -85,3 +85,16 @@ def test_a_share_outside_zero_to_one_names_the_key(value: float) -> None:
     with pytest.raises(ConfigError) as err:
         from_run_config({"privacy.actor-share": value})
     assert err.value.key == "privacy.actor-share" and "(0, 1)" in str(err.value)
+
+
+def test_the_node_and_the_server_plan_the_same_parts_for_the_run_model() -> None:
+    from fedrl.federation import Federation
+    from fedrl.node.setup import node_setup
+
+    cfg = from_run_config({**CENTRAL, "nodes.count": 4, "privacy.clip-norm": 0.3})
+    node = node_setup(cfg).privacy
+    server = Federation(cfg).privacy
+    assert node is not None and server is not None
+    assert node.parts == server.parts and len(node.parts) == 2
+    actor = sum(b - a for a, b in node.parts[0][0])
+    assert actor == 4 * 64 + 64 + 64 * 64 + 64 + 64 * 2 + 2  # the 64x64 actor's weights
