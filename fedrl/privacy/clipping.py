@@ -51,17 +51,14 @@ def clip_parts(vec: np.ndarray, clip_norm: float, parts: Parts) -> tuple[np.ndar
     Returns the update and the norm of the whole before clipping.
 
     Raises:
-        ValueError: as ``clip_l2``, or if the parts do not cover ``vec`` exactly once.
+        ValueError: as ``clip_l2``, or if the parts do not cover ``vec``.
     """
     if not parts:
         return clip_l2(vec, clip_norm)
     v = np.asarray(vec, np.float32)
     index = [np.concatenate([np.arange(a, b) for a, b in slices]) for slices, _ in parts]
-    covered = np.concatenate(index)
-    if covered.size != v.size or np.unique(covered).size != v.size:
-        raise ValueError(f"the clip parts cover {np.unique(covered).size} values of {v.size}, some twice" if
-                         np.unique(covered).size != covered.size else
-                         f"the clip parts cover {covered.size} values of {v.size}")
+    if sum(i.size for i in index) != v.size:  # disjoint by construction (actor_critic_parts)
+        raise ValueError(f"the clip parts cover {sum(i.size for i in index)} values of {v.size}")
     norm = float(np.linalg.norm(v.astype(np.float64)))
     if not np.isfinite(norm):
         raise ValueError("the update has non-finite values")
