@@ -29,26 +29,29 @@ from fedrl.seeding import ENV_RESET, TRAIN, derive, torch_generator
 from fedrl.wire import LocalPlan, LocalResult, NodeState
 
 
-def _load_adam(opt: StackedAdam, states: list[NodeState]) -> None:
-    """Each node's Adam moments and step count from its state (``fedrl.rl.train``'s arrays);
-    a node without them, or with moments of other shapes, starts fresh."""
+def _load_adam(opt: StackedAdam, model: StackedActorCritic, states: list[NodeState]) -> None:
+    """Each node's Adam moments and step count from its state (``fedrl.rl.train``'s arrays, one
+    pair per parameter); a node without them, or with moments of other shapes, starts fresh."""
     for k, st in enumerate(states):
         a = st.arrays
-        found = [(a.get(f"adam.{i}.m"), a.get(f"adam.{i}.v")) for i in range(len(opt.params))]
-        if all(m is not None and v is not None and m.shape == tuple(p.shape[1:])
-               for (m, v), p in zip(found, opt.params, strict=True)):
+        found = [(a.get(f"adam.{i}.m"), a.get(f"adam.{i}.v")) for i in range(len(model.names))]
+        if all(m is not None and v is not None and m.shape == model.shapes[name]
+               for (m, v), name in zip(found, model.names, strict=True)):
             with torch.no_grad():
-                for (m, v), pm, pv in zip(found, opt.m, opt.v, strict=True):
-                    pm[k] = torch.as_tensor(m)
-                    pv[k] = torch.as_tensor(v)
+                for (m, v), name in zip(found, model.names, strict=True):
+                    cols = model.slices[name]
+                    opt.m[k, cols] = torch.as_tensor(m).reshape(-1)
+                    opt.v[k, cols] = torch.as_tensor(v).reshape(-1)
             opt.steps[k] = float(a["adam.0.step"][0])
 
 
-def _adam_arrays(opt: StackedAdam, k: int) -> dict[str, np.ndarray]:
+def _adam_arrays(opt: StackedAdam, model: StackedActorCritic, k: int) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
-    for i, (m, v) in enumerate(zip(opt.m, opt.v, strict=True)):
-        out[f"adam.{i}.m"] = m[k].detach().numpy().copy()
-        out[f"adam.{i}.v"] = v[k].detach().numpy().copy()
+    m, v = opt.m[k].detach().numpy(), opt.v[k].detach().numpy()
+    for i, name in enumerate(model.names):
+        cols, shape = model.slices[name], model.shapes[name]
+        out[f"adam.{i}.m"] = m[cols].reshape(shape).copy()
+        out[f"adam.{i}.v"] = v[cols].reshape(shape).copy()
         out[f"adam.{i}.step"] = np.asarray([float(opt.steps[k])])
     return out
 
@@ -85,12 +88,12 @@ def train_cohort(spec: PolicySpec, cfg: Config, weights: list[list[np.ndarray]],
         envs.close()
         raise TypeError(f"{cfg.env.id} with env.kwargs {env_kwargs} has no batched physics")
     model = StackedActorCritic(spec, weights)
-    optimizer = StackedAdam.fresh(model.parameters(), eps=1e-5)
-    _load_adam(optimizer, states)
+    optimizer = StackedAdam.fresh(model.flat, model.grad, eps=1e-5)
+    _load_adam(optimizer, model, states)
     gens = [torch_generator(p.seed, TRAIN, p.node, p.round) for p in plans]
     hp = hyper(ppo)
     mus = as_real([p.prox_mu for p in plans])
-    prox = (mus, [p.detach().clone() for p in model.parameters()]) if bool((mus > 0).any()) else None
+    prox = (mus, model.flat.detach().clone()) if bool((mus > 0).any()) else None
 
     obs_on, ret_on = uses_norm(algo.norm_obs, spec), uses_norm(algo.norm_reward, spec)
     ret_m = [Moments.from_array(st.arrays["ret.moments"]) if "ret.moments" in st.arrays else Moments.empty(1)
@@ -124,7 +127,7 @@ def train_cohort(spec: PolicySpec, cfg: Config, weights: list[list[np.ndarray]],
     out = []
     for j in range(k):
         rows = slice(j * e, (j + 1) * e)
-        arrays = _adam_arrays(optimizer, j)
+        arrays = _adam_arrays(optimizer, model, j)
         if norms.ret is not None:
             arrays["ret.moments"] = norms.ret.row(j).to_array()
         arrays.update({"env.states": snap[0][rows], "env.elapsed": snap[1][rows], "ep.return": cursor.ep_return[rows],

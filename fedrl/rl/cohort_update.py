@@ -23,20 +23,22 @@ from fedrl.rl.stacked import StackedActorCritic
 
 @dataclass
 class StackedAdam:
-    """``torch.optim.Adam`` (single-tensor form, no weight decay or amsgrad) on ``[K, ...]``
-    parameters with per-node step counts; ``m``/``v`` are None until a node's first step."""
+    """``torch.optim.Adam`` (single-tensor form, no weight decay or amsgrad) on the ``[K, P]``
+    parameters of a cohort (``StackedActorCritic.flat``) with per-node step counts and learning
+    rates: the same elementwise operations, in the same order, as torch's for each node."""
 
-    params: list[torch.Tensor]
+    param: torch.Tensor  # [K, P]
+    grad: torch.Tensor  # [K, P], filled by the backward pass
     steps: np.ndarray  # [K] float: Adam's step count per node
-    m: list[torch.Tensor]
-    v: list[torch.Tensor]
+    m: torch.Tensor  # [K, P]
+    v: torch.Tensor  # [K, P]
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-5
 
     @staticmethod
-    def fresh(params: list[torch.Tensor], eps: float) -> StackedAdam:
-        return StackedAdam(params, np.zeros(params[0].shape[0]), [torch.zeros_like(p) for p in params],
-                           [torch.zeros_like(p) for p in params], eps=eps)
+    def fresh(param: torch.Tensor, grad: torch.Tensor, eps: float) -> StackedAdam:
+        return StackedAdam(param, grad, np.zeros(param.shape[0]), torch.zeros_like(param), torch.zeros_like(param),
+                           eps=eps)
 
     def step(self, lr: np.ndarray, active: np.ndarray) -> None:
         """One Adam step for the ``active`` nodes at learning rates ``lr [K]``; the others keep
@@ -45,30 +47,32 @@ class StackedAdam:
         self.steps = self.steps + active
         bc1 = 1 - b1 ** np.maximum(self.steps, 1)
         bc2_sqrt = (1 - b2 ** np.maximum(self.steps, 1)) ** 0.5
-        mask = torch.as_tensor(active)
+        p, g, m, v = self.param, self.grad, self.m, self.v
+
+        def column(x: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(x, dtype=p.dtype).view(-1, 1)
+
         with torch.no_grad():
-            for p, m, v in zip(self.params, self.m, self.v, strict=True):
-                assert p.grad is not None
-                shape = (-1,) + (1,) * (p.dim() - 1)
-                g = p.grad
-                new_m = m.lerp(g, 1 - b1)
-                new_v = v.mul(b2).addcmul_(g, g, value=1 - b2)
-                denom = (new_v.sqrt() / torch.as_tensor(bc2_sqrt, dtype=p.dtype).view(shape)).add_(self.eps)
-                new_p = p + torch.as_tensor(-lr / bc1, dtype=p.dtype).view(shape) * new_m / denom
-                keep = mask.view(shape)
-                m.copy_(torch.where(keep, new_m, m))
-                v.copy_(torch.where(keep, new_v, v))
-                p.copy_(torch.where(keep, new_p, p))
+            if active.all():  # the common case: in place, as torch's Adam
+                m.lerp_(g, 1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                denom = (v.sqrt() / column(bc2_sqrt)).add_(self.eps)
+                p.add_(column(-lr / bc1) * m / denom)
+                return
+            new_m = m.lerp(g, 1 - b1)
+            new_v = v.mul(b2).addcmul_(g, g, value=1 - b2)
+            denom = (new_v.sqrt() / column(bc2_sqrt)).add_(self.eps)
+            new_p = p + column(-lr / bc1) * new_m / denom
+            keep = torch.as_tensor(active).view(-1, 1)
+            m.copy_(torch.where(keep, new_m, m))
+            v.copy_(torch.where(keep, new_v, v))
+            p.copy_(torch.where(keep, new_p, p))
 
 
-def _clip_grad_norms(params: list[torch.Tensor], max_norm: float) -> None:
-    """``torch.nn.utils.clip_grad_norm_`` for each node's slice of the stacked gradients."""
-    grads = [p.grad for p in params if p.grad is not None]
-    norms = torch.stack([torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1) for g in grads])
-    total = torch.linalg.vector_norm(norms, dim=0)
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    for g in grads:
-        g.mul_(coef.view((-1,) + (1,) * (g.dim() - 1)))
+def _clip_grad_norms(grad: torch.Tensor, max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_`` for each node's row of the ``[K, P]`` gradient."""
+    coef = torch.clamp(max_norm / (torch.linalg.vector_norm(grad, dim=1) + 1e-6), max=1.0)
+    grad.mul_(coef.view(-1, 1))
 
 
 def _normalize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -104,11 +108,11 @@ def cohort_ppo_update(
     ro: Rollout,
     hp: PPOHyper,
     generators: list[torch.Generator],
-    prox: tuple[torch.Tensor, list[torch.Tensor]] | None = None,
+    prox: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> list[dict[str, float]]:
     """One PPO update of every node on its columns of ``ro`` (``[T, K*E]``); mutates ``model`` and
     ``optimizer``; returns each node's stats as ``ppo_update`` reports them. ``prox``: FedProx's
-    ``(mu [K], anchors [K, ...])`` (a node with mu 0 has no proximal term)."""
+    ``(mu [K], anchors [K, P])`` (a node with mu 0 has no proximal term)."""
     k = model.k
     adv, returns = gae(ro.rewards, ro.values, ro.next_values, ro.terminated, ro.done, hp.gamma, hp.gae_lambda)
     steps, n_cols = ro.rewards.shape
@@ -136,12 +140,9 @@ def cohort_ppo_update(
             loss = parts["total"]
             if prox is not None:
                 mu, anchors = prox
-                loss = loss + 0.5 * mu * sum(((p - a) ** 2).reshape(k, -1).sum(1)
-                                             for p, a in zip(model.parameters(), anchors, strict=True))
-            for p in model.parameters():
-                p.grad = None
-            (loss * torch.as_tensor(active, dtype=loss.dtype)).sum().backward()
-            _clip_grad_norms(model.parameters(), hp.max_grad_norm)
+                loss = loss + 0.5 * mu * model.proximal(anchors)
+            model.backward((loss * torch.as_tensor(active, dtype=loss.dtype)).sum())
+            _clip_grad_norms(model.grad, hp.max_grad_norm)
             optimizer.step(lr, active)
             last = {name: torch.where(torch.as_tensor(active), value.detach(), last[name] if last else value.detach())
                     for name, value in parts.items()}

@@ -11,6 +11,7 @@ use alone.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -35,29 +36,68 @@ def _layers(seq: nn.Module, prefix: str) -> list[str | None]:
 
 
 class StackedActorCritic:
-    """``K`` actor-critics of one ``spec``; ``params[name]`` is ``[K, *shape]`` (leaf tensors that
-    require grad), named and ordered as ``ActorCritic.state_dict()``."""
+    """``K`` actor-critics of one ``spec``, their parameters in one tensor ``flat [K, P]``: node k's
+    row holds its ``ActorCritic.state_dict()`` tensors flattened, in that order, and ``grad [K, P]``
+    their gradients. ``params[name]`` (``[K, *shape]``) is a leaf that requires grad and shares
+    ``flat``'s memory; its ``.grad`` is the matching view of ``grad``, so a backward pass fills
+    ``grad`` in place. One flat tensor lets the optimizer and the per-node gradient clip run as a
+    few whole-tensor operations rather than one set per parameter (``fedrl.rl.cohort_update``)."""
 
     def __init__(self, spec: PolicySpec, weights: list[list[np.ndarray]]) -> None:
         template = ActorCritic(spec)
         self.spec = spec
         self.names = list(template.state_dict().keys())
         self.k = len(weights)
-        self.params: dict[str, torch.Tensor] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.slices: dict[str, slice] = {}
+        rows: list[np.ndarray] = []
+        offset = 0
         for i, (name, ref) in enumerate(template.state_dict().items()):
             stacked = np.stack([np.asarray(w[i], np.float32) for w in weights])
             if stacked.shape[1:] != tuple(ref.shape):
                 raise ValueError(f"{name}: expected shape {tuple(ref.shape)}, got {stacked.shape[1:]}")
-            self.params[name] = as_real(stacked).clone().requires_grad_(True)
+            self.shapes[name] = tuple(ref.shape)
+            self.slices[name] = slice(offset, offset + ref.numel())
+            offset += ref.numel()
+            rows.append(stacked.reshape(self.k, -1))
+        self.flat = as_real(np.concatenate(rows, axis=1)).clone()
+        self.grad = torch.zeros_like(self.flat)
+        self.params: dict[str, torch.Tensor] = {}
+        for name in self.names:
+            self.params[name] = self._view(self.flat, name).requires_grad_(True)
+            self.params[name].grad = self._view(self.grad, name)
         self._actor = _layers(template.actor, "actor")
         self._critic = _layers(template.critic, "critic")
+
+    def _view(self, t: torch.Tensor, name: str) -> torch.Tensor:
+        return t[:, self.slices[name]].view(self.k, *self.shapes[name])
+
+    def proximal(self, anchor: torch.Tensor) -> torch.Tensor:
+        """``[K]``: each node's squared L2 distance from its row of ``anchor [K, P]`` (FedProx's
+        term, differentiable in the parameters)."""
+        return sum((((self.params[n] - self._view(anchor, n)) ** 2).reshape(self.k, -1).sum(1) for n in self.names),
+                   torch.zeros(self.k, dtype=self.flat.dtype))
 
     def parameters(self) -> list[torch.Tensor]:
         return [self.params[n] for n in self.names]
 
+    def backward(self, loss: torch.Tensor) -> None:
+        """``grad`` := the gradient of the scalar ``loss`` (zeroed first, then filled in place)."""
+        self.grad.zero_()
+        with warnings.catch_warnings():
+            # Each .grad is a strided view of ``grad`` on purpose; torch's note on the gradient
+            # layout contract concerns DDP's buckets, not correctness.
+            warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+            loss.backward()
+        for n in self.names:
+            g = self.params[n].grad
+            if g is None or g.data_ptr() != self._view(self.grad, n).data_ptr():
+                raise RuntimeError(f"autograd replaced the .grad of {n}; the flat gradient is stale")
+
     def weights(self, k: int) -> list[np.ndarray]:
         """Node ``k``'s weights as float32 arrays in ``state_dict`` order."""
-        return [self.params[n][k].detach().numpy().astype(np.float32, copy=True) for n in self.names]
+        row = self.flat[k].detach().numpy()
+        return [row[self.slices[n]].reshape(self.shapes[n]).astype(np.float32, copy=True) for n in self.names]
 
     def _mlp(self, layers: list[str | None], x: torch.Tensor) -> torch.Tensor:
         for prefix in layers:
