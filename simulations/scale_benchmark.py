@@ -34,7 +34,7 @@ from benchmark import BIN, REPO, Flower, _join
 SCALES = {
     "8": ("nodes.count=8", 8),
     "100": ("nodes.count=100", 50),
-    "1000": ("nodes.count=1000 fraction-train=0.1", 50),
+    "1000": ("nodes.count=1000 fraction-train=0.1", 100),
 }
 COMMON = ("env.vary='length=uniform(0.3, 1.5); masscart=uniform(0.5, 2.0)' algo.local-steps=1024 eval.every=0 "
           "eval.episodes=1 nodes.wait-s=300")

@@ -178,6 +178,23 @@ def _waves(nodes: list[int], nm: NodeMap, cohort: int = 1) -> Iterable[list[list
         yield wave
 
 
+_NOTED_WAVES: set[int] = set()
+
+
+def _note_waves(contents: dict[int, RecordDict], nm: NodeMap, cohort: int, waves: int) -> None:
+    """Say once per cohort size that a SuperNode's share of the round did not fit one message:
+    its further messages wait for the whole wave before them, which costs a round trip each."""
+    if cohort in _NOTED_WAVES:
+        return
+    _NOTED_WAVES.add(cohort)
+    hosted: dict[int, int] = {}
+    for n in contents:
+        hosted[nm.supernode(n)] = hosted.get(nm.supernode(n), 0) + 1
+    log.info("a SuperNode hosts %d of this round's nodes, more than nodes.cohort-size = %d: they go in %d "
+             "waves of messages, one after another; a cohort size of at least %d sends each SuperNode one "
+             "message (memory allowing)", max(hosted.values()), cohort, waves, max(hosted.values()))
+
+
 def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, RecordDict], mtype: str,
              rnd: int, deadline_s: float = 0.0, cohort: int = 1) -> dict[int, Answer | None]:
     """Send each logical node its content (in waves) and return its answer (None: none in time).
@@ -189,7 +206,10 @@ def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
     """
     out: dict[int, Answer | None] = {}
     timeout = min(deadline_s, fed.cfg.round.timeout_s) if deadline_s > 0 else fed.cfg.round.timeout_s
-    for wave in _waves(list(contents), nm, cohort):
+    waves = list(_waves(list(contents), nm, cohort))
+    if cohort > 1 and len(waves) > 1:
+        _note_waves(contents, nm, cohort, len(waves))
+    for wave in waves:
         msgs = [Message(content_of([contents[n] for n in batch]), dst_node_id=nm.supernode(batch[0]),
                         message_type=mtype, group_id=str(rnd)) for batch in wave]
         fed.counters.sent(sum(codec.wire_bytes(m) for m in msgs))
