@@ -12,12 +12,13 @@ transfers.
 
 from __future__ import annotations
 
-import io
+import json
 import math
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
+import safetensors.numpy
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
@@ -47,7 +48,7 @@ _UPDATE, _DELTA = "u", "d"
 # reported: one field costs ~70 bytes less than five named ones (5% of a 1% top-k reply).
 _METRICS = "m"
 _STATE_PREFIX = "fedrl.node"
-_PACKED = "npz"
+_PACKED, _ORDER = "safetensors", "fedrl.order"
 
 
 # Per-node training metrics the server records (metrics.jsonl); the rest stay on the node.
@@ -239,23 +240,29 @@ def load_node_state(state: RecordDict, node: int) -> NodeState:
     if rec is None:
         return NodeState.empty()
     if list(rec) == [_PACKED]:
-        with np.load(io.BytesIO(rec[_PACKED].numpy().tobytes()), allow_pickle=False) as npz:
-            return NodeState({k[1:]: npz[k] for k in npz.files})
+        blob = rec[_PACKED].numpy().tobytes()
+        arrays = safetensors.numpy.load(blob)  # validates the header and every array's extent
+        order = json.loads(blob[8 : 8 + int.from_bytes(blob[:8], "little")])["__metadata__"][_ORDER]
+        return NodeState({k: arrays[k] for k in json.loads(order)})
     return NodeState({k: rec[k].numpy() for k in rec})
 
 
 def store_node_state(state: RecordDict, node: int, ns: NodeState) -> None:
-    """Keep ``ns`` as one array (an uncompressed ``.npz``, read back without pickle).
+    """Keep ``ns`` as one array: the safetensors bytes of its arrays (a JSON header and the raw
+    data, read back without pickle).
 
     One array per node rather than one per state entry: the Simulation Engine pickles a
     SuperNode's whole ``context.state`` to and from its Ray actor with every message, and with
     hundreds of logical nodes' states the cost is per object (measured: see the closing note of
-    issue 16), not per byte.
+    issue 16), not per byte. safetensors rather than ``np.savez``: for a cohort of 50 CartPole
+    nodes' states (41 arrays each) storing and loading took 10 + 5 ms against 41 + 100 ms
+    (measured 2026-12-04), out of a ~1.7 s round.
     """
-    buf = io.BytesIO()
-    # "_" before each name: no entry can take the name of one of savez's own keyword arguments
-    np.savez(buf, **cast(dict[str, Any], {f"_{k}": np.ascontiguousarray(v) for k, v in ns.arrays.items()}))
-    state[f"{_STATE_PREFIX}{node}"] = ArrayRecord({_PACKED: Array(np.frombuffer(buf.getvalue(), np.uint8))})
+    arrays = {k: np.asarray(v) for k, v in ns.arrays.items()}
+    blob = safetensors.numpy.save({k: v if v.flags.c_contiguous else np.ascontiguousarray(v)
+                                   for k, v in arrays.items()},
+                                  metadata={_ORDER: json.dumps(list(arrays))})  # safetensors sorts the names
+    state[f"{_STATE_PREFIX}{node}"] = ArrayRecord({_PACKED: Array(np.frombuffer(blob, np.uint8))})
 
 
 def plan_record(rec: RecordDict) -> ConfigRecord:
