@@ -1,9 +1,9 @@
 """Moving messages between the ServerApp and logical nodes on Flower's ``Grid``.
 
 Discovery maps logical nodes onto SuperNodes (``NodeMap``); ``exchange`` sends one content per
-logical node in waves, so a SuperNode that serves several logical nodes never holds two
-messages at once (Flower's simulation worker updates a node's ``context.state`` without a
-lock), or several nodes' contents in one cohort message (``nodes.cohort-size``), polls for the
+logical node in waves (``fedrl.flower.waves``: a SuperNode that serves several logical nodes
+never holds two messages at once), or several nodes' contents in one cohort message
+(``nodes.cohort-size``), polls for the
 replies, splits them into one ``Answer`` per logical node, and counts every byte that crosses
 the wire.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -23,6 +23,7 @@ from fedrl.config import Config
 from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.cohort_codec import content_of, decode_cohort
+from fedrl.flower.waves import waves
 from fedrl.wire import Reply
 
 log = logging.getLogger("fedrl")
@@ -163,38 +164,6 @@ def _ask_partitions(grid: Grid, ids: list[int], timeout: float) -> dict[int, tup
     return out
 
 
-def _waves(nodes: list[int], nm: NodeMap, cohort: int = 1) -> Iterable[list[list[int]]]:
-    """Batches of logical nodes, one per SuperNode per wave, at most ``cohort`` nodes a batch."""
-    pending = list(nodes)
-    while pending:
-        batches: dict[int, list[int]] = {}
-        for n in pending:
-            batch = batches.setdefault(nm.supernode(n), [])
-            if len(batch) < cohort:
-                batch.append(n)
-        wave = list(batches.values())
-        taken = {n for batch in wave for n in batch}
-        pending = [n for n in pending if n not in taken]
-        yield wave
-
-
-_NOTED_WAVES: set[int] = set()
-
-
-def _note_waves(contents: dict[int, RecordDict], nm: NodeMap, cohort: int, waves: int) -> None:
-    """Say once per cohort size that a SuperNode's share of the round did not fit one message:
-    its further messages wait for the whole wave before them, which costs a round trip each."""
-    if cohort in _NOTED_WAVES:
-        return
-    _NOTED_WAVES.add(cohort)
-    hosted: dict[int, int] = {}
-    for n in contents:
-        hosted[nm.supernode(n)] = hosted.get(nm.supernode(n), 0) + 1
-    log.info("a SuperNode hosts %d of this round's nodes, more than nodes.cohort-size = %d: they go in %d "
-             "waves of messages, one after another; a cohort size of at least %d sends each SuperNode one "
-             "message (memory allowing)", max(hosted.values()), cohort, waves, max(hosted.values()))
-
-
 def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, RecordDict], mtype: str,
              rnd: int, deadline_s: float = 0.0, cohort: int = 1) -> dict[int, Answer | None]:
     """Send each logical node its content (in waves) and return its answer (None: none in time).
@@ -206,10 +175,7 @@ def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
     """
     out: dict[int, Answer | None] = {}
     timeout = min(deadline_s, fed.cfg.round.timeout_s) if deadline_s > 0 else fed.cfg.round.timeout_s
-    waves = list(_waves(list(contents), nm, cohort))
-    if cohort > 1 and len(waves) > 1:
-        _note_waves(contents, nm, cohort, len(waves))
-    for wave in waves:
+    for wave in waves(list(contents), nm.supernode, cohort):
         msgs = [Message(content_of([contents[n] for n in batch]), dst_node_id=nm.supernode(batch[0]),
                         message_type=mtype, group_id=str(rnd)) for batch in wave]
         fed.counters.sent(sum(codec.wire_bytes(m) for m in msgs))

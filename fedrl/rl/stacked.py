@@ -78,9 +78,6 @@ class StackedActorCritic:
         return sum((((self.params[n] - self._view(anchor, n)) ** 2).reshape(self.k, -1).sum(1) for n in self.names),
                    torch.zeros(self.k, dtype=self.flat.dtype))
 
-    def parameters(self) -> list[torch.Tensor]:
-        return [self.params[n] for n in self.names]
-
     def backward(self, loss: torch.Tensor) -> None:
         """``grad`` := the gradient of the scalar ``loss`` (zeroed first, then filled in place)."""
         self.grad.zero_()
