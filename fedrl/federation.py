@@ -39,7 +39,7 @@ from fedrl.iterate_average import IterateAverage
 from fedrl.privacy.audit import AuditResult
 from fedrl.privacy.plan import plan_for
 from fedrl.privacy.server import ServerPrivacy
-from fedrl.rl.networks import weight_names
+from fedrl.rl.networks import weight_layout, weight_names
 from fedrl.rl.train import uses_norm
 from fedrl.rules import registry
 from fedrl.rules.asynchronous import Asynchronous
@@ -59,7 +59,8 @@ class Federation:
         self.variants = variants_of(cfg)
         self.spec = policy_spec(cfg, self.variants[0])
         make_model = self.algorithm.model_for(cfg)
-        self.names = weight_names(make_model(self.spec))
+        template = make_model(self.spec)
+        self.names = weight_names(template)
         w0 = initial_weights(self.spec, cfg.seed, make_model)
         self.n_params = int(sum(w.size for w in w0))
         self.obs_on = uses_norm(cfg.algo.norm_obs, self.spec)
@@ -67,7 +68,7 @@ class Federation:
         self.obs_from_server = self.obs_on and cfg.algo.norm_obs == "server"
         self.obs_travel = self.obs_on and not self.obs_from_server  # replies carry the nodes' statistics
         self.privacy = plan_for(cfg, self.spec.action_kind == "continuous", self.n_params,
-                                layout=[(n, w.size) for n, w in zip(self.names, w0, strict=True)])
+                                layout=weight_layout(template))
         self.dp = ServerPrivacy(self.privacy, self.n_params) if self.privacy is not None else None
         self.selector = Selector(cfg)
         rule = registry.build(RuleSetup(cfg, w0, self.spec.obs_dim if self.obs_on else None, self.variants,

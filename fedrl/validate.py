@@ -75,10 +75,11 @@ def check(run_config: Mapping[str, Any]) -> Config:
     if p.mode != "off" or p.target_epsilon or p.noise_multiplier or p.audit_canaries or p.unsafe_no_noise or p.dpsgd:
         from fedrl.algorithms.registry import get as algorithm
         from fedrl.experiment import policy_spec, variants_of
+        from fedrl.rl.networks import weight_layout
 
         spec = policy_spec(cfg, variants_of(cfg)[0])
         model = algorithm(cfg.algo.name).model_for(cfg)(spec)  # the run's model: its size is what DP plans for
         plan_for(cfg, spec.action_kind == "continuous", sum(t.numel() for t in model.parameters()),
-                 layout=[(n, t.numel()) for n, t in model.state_dict().items()])
+                 layout=weight_layout(model))
         sample_plan(cfg, model)
     return cfg

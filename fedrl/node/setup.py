@@ -15,7 +15,7 @@ from fedrl.config import Config
 from fedrl.envs.spec import parse_kwargs
 from fedrl.experiment import policy_spec, variants_of
 from fedrl.privacy.plan import PrivacyPlan, plan_for, sample_plan
-from fedrl.rl.networks import PolicySpec, get_weights, weight_names
+from fedrl.rl.networks import PolicySpec, get_weights, weight_layout
 
 if TYPE_CHECKING:
     from fedrl.privacy.dpsgd import SampleDP
@@ -53,5 +53,5 @@ def node_setup(cfg: Config) -> NodeSetup:
     return NodeSetup(cfg, algorithm, variants, spec, template, up, stage(cfg.compression, "down"),
                      dict(parse_kwargs(cfg.env.kwargs)),
                      plan_for(cfg, spec.action_kind == "continuous", sum(w.size for w in template), crowd=False,
-                              layout=[(n, w.size) for n, w in zip(weight_names(model), template, strict=True)]),
+                              layout=weight_layout(model)),
                      sample_plan(cfg, model), attack_plan(cfg))

@@ -149,6 +149,11 @@ def weight_names(model: nn.Module) -> list[str]:
     return list(model.state_dict().keys())
 
 
+def weight_layout(model: nn.Module) -> list[tuple[str, int]]:
+    """Each weight's name and number of values, in ``state_dict`` order (the flat update's layout)."""
+    return [(name, t.numel()) for name, t in model.state_dict().items()]
+
+
 def get_weights(model: nn.Module) -> list[np.ndarray]:
     """Copies of the model's tensors as float32 arrays, in ``state_dict`` order."""
     return [t.detach().cpu().numpy().astype(np.float32, copy=True) for t in model.state_dict().values()]
