@@ -39,6 +39,10 @@ class AlgoConfig:
         "hierarchical or gossip, which cannot carry the statistics yet: there on for continuous actions only); server: "
         "statistics of the server's own rollouts of the global policy on the nodes' variants, so no node sends any "
         "(works with secagg and privacy; ppo, star topology)")
+    norm_obs_center: bool = opt(
+        "algo.norm-obs-center", True,
+        "subtract the statistics' mean (false: divide by the root mean square about zero only, so a mean that "
+        "drifts with the policy cannot become a bias; docs/privacy.md, 'Uncentred observation statistics')")
     norm_reward: Literal["auto", "on", "off"] = opt(
         "algo.norm-reward", "auto", "reward scaling by return std (auto: on for continuous actions; off for dqn and sac)")
 

@@ -75,7 +75,7 @@ class Evaluation:
         a, pool = self.cfg.algo, self.nodes
         picked = [self.variants[pool[(rnd * a.num_envs + j) % len(pool)]] for j in range(a.num_envs)]
         return rollout_moments(self.spec, model, moments, self.cfg.env.id, picked, self.kwargs, a.local_steps,
-                               self.cfg.seed, rnd, self.make_model)
+                               self.cfg.seed, rnd, self.make_model, a.norm_obs_center)
 
     def on_heldout(self, model: Model, moments: Moments | None) -> list[float]:
         """``model`` on each held-out variant ([] when ``eval.held-out`` is 0)."""

@@ -26,6 +26,9 @@ from fedrl.privacy.plan import plan_for, sample_plan
 
 def validate(cfg: Config) -> None:
     algorithm(cfg.algo.name).check(cfg)  # its own settings (PPO: a round is whole rollouts)
+    if not cfg.algo.norm_obs_center and cfg.algo.norm_obs == "off":
+        raise ConfigError("algo.norm-obs-center", "false says how observations are normalized, but algo.norm-obs is "
+                                                  "off; set algo.norm-obs to on, server or auto, or drop the key")
     if cfg.resume == "true" and not cfg.run_name:
         raise ConfigError("resume", "resume=true needs run-name (or give the run folder path as resume)")
     check_env_id(cfg.env.id)

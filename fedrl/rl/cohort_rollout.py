@@ -40,10 +40,10 @@ class MomentsStack:
         return Moments(float(self.count[k]), self.mean[k].copy(), self.m2[k].copy())
 
     @staticmethod
-    def of(batch: np.ndarray) -> MomentsStack:
-        """Moments of each node's ``[B, D]`` rows of a ``[K, B, D]`` batch."""
+    def of(batch: np.ndarray, center: bool = True) -> MomentsStack:
+        """Moments of each node's ``[B, D]`` rows of a ``[K, B, D]`` batch (``Moments.of``)."""
         b = np.asarray(batch, np.float64)
-        mean = b.mean(1)
+        mean = b.mean(1) if center else np.zeros((b.shape[0], b.shape[2]))
         return MomentsStack(np.full(len(b), float(b.shape[1])), mean, ((b - mean[:, None]) ** 2).sum(1))
 
     @property
@@ -75,6 +75,7 @@ class CohortNormalizers:
     obs: MomentsStack | None
     ret: MomentsStack | None
     obs_local: MomentsStack | None
+    center_obs: bool = True  # algo.norm-obs-center: fold observations in about their mean, or about zero
 
 
 class CohortRollout(NamedTuple):
@@ -125,7 +126,7 @@ def collect_cohort(
                                                    lambda acc: MomentsStack.of(acc.reshape(k, e, 1)),
                                                    lambda m: m.var[node_of, 0])
         if obs_m is not None:
-            batch = MomentsStack.of(next_raw.reshape(k, e, -1))
+            batch = MomentsStack.of(next_raw.reshape(k, e, -1), norms.center_obs)
             obs_m = obs_m.merge(batch)
             obs_local = obs_local.merge(batch) if obs_local is not None else None
         for i in np.flatnonzero(done):
@@ -168,4 +169,4 @@ def collect_cohort(
                       torch.stack(bufs["rew"]), values, next_values, torch.stack(bufs["term"]),
                       torch.stack(bufs["done"]))
     return CohortRollout(rollout, Cursor(raw_obs, ep_ret, ep_len, ret_acc),
-                         CohortNormalizers(obs_m, ret_m, obs_local), returns, lengths)
+                         CohortNormalizers(obs_m, ret_m, obs_local, norms.center_obs), returns, lengths)

@@ -103,6 +103,7 @@ def train_cohort(spec: PolicySpec, cfg: Config, weights: list[list[np.ndarray]],
         else None,
         ret=MomentsStack.stack(ret_m) if ret_on else None,
         obs_local=MomentsStack.stack([Moments.empty(spec.obs_dim)] * k) if obs_on else None,
+        center_obs=algo.norm_obs_center,
     )
     iters = iterations_per_round(cfg)
     returns: list[list[float]] = [[] for _ in range(k)]

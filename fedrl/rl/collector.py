@@ -23,8 +23,9 @@ from fedrl.wire import LocalPlan, NodeState
 
 class Collector:
     def __init__(self, envs: gym.vector.VectorEnv, plan: LocalPlan, state: NodeState, replay: Replay,
-                 n_step: int, gamma: float, obs_dim: int, obs_on: bool) -> None:
+                 n_step: int, gamma: float, obs_dim: int, obs_on: bool, center_obs: bool = True) -> None:
         self.envs, self.replay = envs, replay
+        self.center_obs = center_obs  # algo.norm-obs-center
         self.norm = (plan.obs_moments or Moments.empty(obs_dim)) if obs_on else None
         self.local = Moments.empty(obs_dim) if obs_on else None  # this round's observations only
         self.cursor = start_envs(envs, plan, state)
@@ -52,7 +53,7 @@ class Collector:
         self.ep_ret = np.where(done, 0.0, self.ep_ret + reward)
         self.ep_len = np.where(done, 0, self.ep_len + 1)
         if self.norm is not None and self.local is not None:
-            batch = Moments.of(nxt)
+            batch = Moments.of(nxt, self.center_obs)
             self.norm, self.local = self.norm.merge(batch), self.local.merge(batch)
         self.raw = nxt
         self._drain()

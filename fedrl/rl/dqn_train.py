@@ -91,7 +91,7 @@ def train_dqn(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
     learner = _Learner(model, cfg, plan, state, spec)
     rng = numpy_rng(plan.seed, TRAIN, plan.node, plan.round)
     envs_loop = Collector(envs, plan, state, learner.replay, d.n_step, d.gamma, spec.obs_dim,
-                          uses_norm(cfg.algo.norm_obs, spec))
+                          uses_norm(cfg.algo.norm_obs, spec), cfg.algo.norm_obs_center)
     iters = cfg.algo.local_steps // n_env
     since = int(state.arrays["dqn.since"][0]) if "dqn.since" in state.arrays else 0  # env steps toward the next phase
     eps, lr = d.eps_start, d.lr

@@ -25,10 +25,14 @@ class Moments:
         return Moments(0.0, np.zeros(dim, np.float64), np.zeros(dim, np.float64))
 
     @staticmethod
-    def of(batch: np.ndarray) -> Moments:
-        """Moments of a ``[B, D]`` batch."""
+    def of(batch: np.ndarray, center: bool = True) -> Moments:
+        """Moments of a ``[B, D]`` batch; ``center=False``: about zero (mean 0, M2 the sum of squares).
+
+        Moments about zero merge into moments about zero, so statistics kept that way stay
+        uncentred and ``normalize`` divides by the root mean square without shifting.
+        """
         b = np.asarray(batch, np.float64).reshape(len(batch), -1)
-        mean = b.mean(0)
+        mean = b.mean(0) if center else np.zeros(b.shape[1])
         return Moments(float(len(b)), mean, ((b - mean) ** 2).sum(0))
 
     @property

@@ -39,12 +39,14 @@ def rollout_moments(
     seed: int,
     rnd: int,
     make_model: Callable[[PolicySpec], nn.Module],
+    center: bool = True,
 ) -> Moments:
     """Moments of the raw observations of ``steps`` vector steps of the policy ``weights`` (acting
     on observations normalized by ``moments``, as a node would) on one sub-env per variant.
 
     The first observations after reset count too, as on a node. Deterministic in ``(seed, rnd)``:
-    resets and action samples derive from them.
+    resets and action samples derive from them. ``center=False``: moments about zero
+    (``algo.norm-obs-center``).
     """
     if steps <= 0 or not variants:
         raise ValueError("need steps > 0 and at least one variant")
@@ -53,16 +55,17 @@ def rollout_moments(
     gen = torch_generator(seed, OBS_STATS, rnd)
     ids = list(range(len(variants)))
     try:
-        return _run(model, moments, env_id, ids, variants, env_kwargs, steps, seed, rnd, gen)
+        return _run(model, moments, env_id, ids, variants, env_kwargs, steps, seed, rnd, gen, center)
     except ConfigError:  # a parameter that changes a space (Pendulum's max_torque): one vector env each
         out = Moments.empty(spec.obs_dim)
         for i in ids:
-            out = out.merge(_run(model, moments, env_id, [i], [variants[i]], env_kwargs, steps, seed, rnd, gen))
+            out = out.merge(_run(model, moments, env_id, [i], [variants[i]], env_kwargs, steps, seed, rnd, gen, center))
         return out
 
 
 def _run(model: nn.Module, moments: Moments, env_id: str, ids: list[int], variants: Sequence[dict[str, float]],
-         env_kwargs: dict[str, object], steps: int, seed: int, rnd: int, gen: torch.Generator) -> Moments:
+         env_kwargs: dict[str, object], steps: int, seed: int, rnd: int, gen: torch.Generator,
+         center: bool) -> Moments:
     envs = make_batched_env(env_id, [dict(v) for v in variants], env_kwargs)
     try:
         obs, _ = envs.reset(seed=[derive(seed, OBS_STATS, rnd, i) for i in ids])
@@ -74,4 +77,4 @@ def _run(model: nn.Module, moments: Moments, env_id: str, ids: list[int], varian
             seen.append(np.asarray(obs, np.float64))
     finally:
         envs.close()
-    return Moments.of(np.concatenate(seen))
+    return Moments.of(np.concatenate(seen), center)

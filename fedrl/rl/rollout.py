@@ -60,6 +60,7 @@ class Normalizers:
     obs: Moments | None
     ret: Moments | None
     obs_local: Moments | None = None  # what this node observed since the last round
+    center_obs: bool = True  # algo.norm-obs-center: fold observations in about their mean, or about zero
 
 
 class RolloutResult(NamedTuple):
@@ -161,7 +162,7 @@ def collect(
             scaled, ret_acc, ret_m = scale_rewards(reward, done, ret_acc, gamma, ret_m,
                                                    lambda acc: Moments.of(acc[:, None]), lambda m: m.var[0])
         if obs_m is not None:
-            obs_m, obs_local = _update_obs(obs_m, obs_local, next_raw)
+            obs_m, obs_local = _update_obs(obs_m, obs_local, Moments.of(next_raw, norms.center_obs))
         for e in np.flatnonzero(done):
             finished_returns.append(float(ep_ret[e]))
             finished_lengths.append(int(ep_len[e]))
@@ -205,7 +206,6 @@ def collect(
 
 
 def _update_obs(
-    obs_m: Moments, obs_local: Moments | None, batch: np.ndarray
+    obs_m: Moments, obs_local: Moments | None, m: Moments
 ) -> tuple[Moments, Moments | None]:
-    m = Moments.of(batch)
     return obs_m.merge(m), (obs_local.merge(m) if obs_local is not None else None)

@@ -127,7 +127,7 @@ def train_sac(spec: PolicySpec, weights: list[np.ndarray], envs: gym.vector.Vect
     rng = numpy_rng(plan.seed, TRAIN, plan.node, plan.round)
     gen = torch_generator(plan.seed, TRAIN, plan.node, plan.round)
     envs_loop = Collector(envs, plan, state, learner.replay, 1, s.gamma, spec.obs_dim,
-                          uses_norm(cfg.algo.norm_obs, spec))
+                          uses_norm(cfg.algo.norm_obs, spec), cfg.algo.norm_obs_center)
     taken = int(state.arrays["sac.env_steps"][0]) if "sac.env_steps" in state.arrays else 0
     low, high = np.asarray(own.action_low, np.float32), np.asarray(own.action_high, np.float32)
     since = int(state.arrays["sac.since"][0]) if "sac.since" in state.arrays else 0  # env steps toward the next phase

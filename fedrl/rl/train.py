@@ -123,6 +123,7 @@ def train_locally(
         obs=(plan.obs_moments or Moments.empty(spec.obs_dim)) if obs_on else None,
         ret=ret_m if ret_on else None,
         obs_local=Moments.empty(spec.obs_dim) if obs_on else None,
+        center_obs=algo.norm_obs_center,
     )
     cursor = start_envs(envs, plan, state)
     accountant = None

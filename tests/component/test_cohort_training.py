@@ -60,10 +60,13 @@ def dtype(request: pytest.FixtureRequest) -> object:
 
 
 @pytest.mark.usefixtures("one_thread")
-@pytest.mark.parametrize(("env_id", "prox_mu"), [("CartPole-v1", 0.0), ("Pendulum-v1", 0.0), ("CartPole-v1", 0.05)])
-def test_a_cohort_trains_each_node_as_alone(env_id: str, prox_mu: float, dtype: torch.dtype) -> None:
+@pytest.mark.parametrize(("env_id", "prox_mu", "center"), [("CartPole-v1", 0.0, True), ("Pendulum-v1", 0.0, True),
+                                                     ("CartPole-v1", 0.05, True), ("CartPole-v1", 0.0, False)])
+def test_a_cohort_trains_each_node_as_alone(env_id: str, prox_mu: float, center: bool, dtype: torch.dtype) -> None:
     cfg = from_run_config({"env.id": env_id, "env.vary": VARY[env_id], "nodes.count": K, "algo.local-steps": 256,
-                           "algo.num-envs": ENVS, "num-server-rounds": ROUNDS, "ppo.target-kl": 0.02})
+                           "algo.num-envs": ENVS, "num-server-rounds": ROUNDS, "ppo.target-kl": 0.02,
+                           "algo.norm-obs-center": center})
+    assert cfg.algo.norm_obs == "on"  # the statistics the nodes fold their observations into are in play
     variants = [sample_variant(parse_vary(cfg.env.vary), i, K, cfg.seed) for i in range(K)]
     probe = gym.make(env_id)
     spec = spec_for(probe.observation_space, probe.action_space, (64, 64))
@@ -99,6 +102,8 @@ def test_a_cohort_trains_each_node_as_alone(env_id: str, prox_mu: float, dtype: 
         for r in alone:  # the server's pooled statistics, as the next round's plan carries them
             if r.obs_moments is not None:
                 moments = moments.merge(r.obs_moments)
+        if not center:  # about zero, as the nodes folded them (algo.norm-obs-center = false)
+            np.testing.assert_array_equal(moments.mean, np.zeros(spec.obs_dim))
     assert worst < TOLERANCE[dtype], worst
     # training happened: the weights moved far more than the tolerance
     flat = np.concatenate([w.ravel() for w in start])

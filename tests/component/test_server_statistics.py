@@ -49,6 +49,21 @@ def test_the_server_merges_its_rollouts_each_round_and_plans_carry_them() -> Non
     assert fed.moments[0].count == 2 * 2 * 64
 
 
+def test_uncentred_server_statistics_are_the_rollouts_second_moments_about_zero() -> None:
+    # algo.norm-obs-center = false: the same rollouts, kept about zero, so a mean that follows a
+    # drifting policy never shifts what the policy sees
+    fed = Federation(from_run_config({**SERVER, "algo.norm-obs-center": False}))
+    centred = _moments(fed, 1)
+    m = rollout_moments(fed.spec, fed.models[0], Moments.empty(fed.spec.obs_dim), "CartPole-v1", fed.variants[:3], {},
+                        40, 7, 1, ActorCritic, center=False)
+    assert m.count == centred.count
+    np.testing.assert_array_equal(m.mean, np.zeros(fed.spec.obs_dim))
+    np.testing.assert_allclose(m.m2, centred.m2 + centred.count * centred.mean**2, rtol=1e-9)
+    fed.begin_round(1)
+    fed.begin_round(2)
+    np.testing.assert_array_equal(fed.moments[0].mean, np.zeros(fed.spec.obs_dim))
+
+
 def test_nodes_send_no_statistics_and_one_that_does_is_left_out() -> None:
     cfg = from_run_config(SERVER)
     fed = Federation(cfg)

@@ -317,3 +317,10 @@ def test_algo_name_is_checked_against_the_registry() -> None:
     with pytest.raises(ConfigError) as err:
         from_run_config({"algo.name": "dqn-typo"})
     assert err.value.key == "algo.name" and "allowed: ppo" in str(err.value)
+
+
+def test_uncentred_observation_statistics_need_observation_normalization() -> None:
+    assert check({"algo.norm-obs": "on", "algo.norm-obs-center": False}).algo.norm_obs_center is False
+    with pytest.raises(ConfigError) as err:
+        check({"algo.norm-obs": "off", "algo.norm-obs-center": False})
+    assert err.value.key == "algo.norm-obs-center" and "algo.norm-obs is off" in str(err.value)

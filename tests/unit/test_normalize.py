@@ -126,3 +126,22 @@ def test_normalize_constant_feature_is_finite() -> None:
     out = normalize(np.array([[2.0], [2.5]]), m)
     assert np.all(np.isfinite(out))
     np.testing.assert_array_equal(out, np.array([[0.0], [10.0]], np.float32))
+
+
+def test_moments_about_zero_by_hand() -> None:
+    # algo.norm-obs-center = false: mean 0 and M2 the plain sum of squares, so normalize divides
+    # by the root mean square and shifts nothing
+    m = Moments.of(np.array([[1.0, -2.0], [3.0, 4.0]]), center=False)
+    assert m.count == 2.0
+    np.testing.assert_array_equal(m.mean, [0.0, 0.0])
+    np.testing.assert_array_equal(m.m2, [10.0, 20.0])
+    np.testing.assert_allclose(normalize(np.array([[2.0, 2.0]]), m, eps=0.0), [[2.0 / np.sqrt(5.0), 2.0 / np.sqrt(10.0)]],
+                               rtol=1e-6)
+
+
+@settings(max_examples=50, deadline=None)
+@given(_batch(3), _batch(3))
+def test_moments_about_zero_stay_about_zero_when_merged(a: np.ndarray, b: np.ndarray) -> None:
+    merged = Moments.of(a, center=False).merge(Moments.of(b, center=False))
+    _close(merged, Moments.of(np.concatenate([a, b]), center=False))
+    np.testing.assert_array_equal(merged.mean, np.zeros(3))
