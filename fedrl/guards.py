@@ -47,10 +47,11 @@ def steps_problem(reported: int, planned: int) -> str | None:
     return None
 
 
-def moments_problem(m: Moments | None, obs_on: bool, dim: int, steps: int) -> str | None:
+def moments_problem(m: Moments | None, obs_on: bool, dim: int, steps: int, centred: bool = True) -> str | None:
     """Why a reply's observation statistics are unusable (None: usable, or off and absent).
 
-    Honest nodes report the moments of exactly the ``steps`` observations they trained on.
+    Honest nodes report the moments of exactly the ``steps`` observations they trained on, about
+    zero (mean 0) when ``centred`` is False (``algo.norm-obs-center = false``).
     """
     if not obs_on:
         return None if m is None else "sent observation statistics, but nodes send none (algo.norm-obs is off or server)"
@@ -74,6 +75,8 @@ def moments_problem(m: Moments | None, obs_on: bool, dim: int, steps: int) -> st
         return f"observation means beyond +-{MAX_OBS_MEAN:g}"
     if float(np.max(m.m2)) > MAX_OBS_MEAN**2 * float(steps):
         return f"observation variance beyond {MAX_OBS_MEAN**2:g}"
+    if not centred and bool(np.any(m.mean != 0)):  # merged, a mean would shift what every node sees
+        return "observation means must be 0: statistics are kept about zero (algo.norm-obs-center = false)"
     return None
 
 
@@ -128,7 +131,7 @@ def reply_problem(fed: Federation, reply: Reply, expected_node: int) -> str | No
             return why
         delta = fed.delta(reply)
     why = moments_problem(reply.obs_moments, fed.obs_travel, fed.spec.obs_dim,
-                          int(reply.env_steps))
+                          int(reply.env_steps), fed.cfg.algo.norm_obs_center)
     if why is not None:
         return why
     return norm_problem(delta, fed.cfg.strategy.max_update_norm)

@@ -85,6 +85,10 @@ def test_observation_statistics_must_describe_the_steps_trained() -> None:
     assert moments_problem(Moments(256.0, np.full(4, -1e6), np.full(4, 256e12)), True, 4, 256) is None
     assert moments_problem(Moments(256.0, np.zeros(4), np.full(4, 256e12 * 1.01)), True, 4, 256) == \
         "observation variance beyond 1e+12"
+    # algo.norm-obs-center = false: honest statistics are about zero, so a mean is a lie that would shift every node
+    assert moments_problem(ok, True, 4, 256, centred=False) is None
+    assert moments_problem(Moments(256.0, np.array([0.0, 0.3, 0.0, 0.0]), np.ones(4)), True, 4, 256, centred=False) == \
+        "observation means must be 0: statistics are kept about zero (algo.norm-obs-center = false)"
     fed = _fed(**{"algo.norm-obs": "on"})
     g = fed.models[0]
     assert fed.validate(Reply(0, list(g), 256, ok, {}), 0) is None
