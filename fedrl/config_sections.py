@@ -43,6 +43,11 @@ class AlgoConfig:
         "algo.norm-obs-center", True,
         "subtract the statistics' mean (false: divide by the root mean square about zero only, so a mean that "
         "drifts with the policy cannot become a bias; docs/privacy.md, 'Uncentred observation statistics')")
+    mirror: bool = opt(
+        "algo.mirror", False,
+        "a mirror-symmetric policy for environments symmetric under reflection (CartPole, Pendulum, Acrobot): a "
+        "mirrored observation gets the mirrored action, so no side is preferred (ppo; needs algo.norm-obs = off or "
+        "algo.norm-obs-center = false; docs/privacy.md, 'Mirror-symmetric policies')")
     norm_reward: Literal["auto", "on", "off"] = opt(
         "algo.norm-reward", "auto", "reward scaling by return std (auto: on for continuous actions; off for dqn and sac)")
 

@@ -4,6 +4,7 @@ weights and the return that counts as solved. Shared by the server, the nodes an
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from fedrl.config import Config
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_heldout, sample_variant
+from fedrl.envs.symmetry import mirror_for
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, spec_for
 from fedrl.seeding import INIT, derive
 
@@ -36,9 +38,11 @@ def heldout_variants_of(cfg: Config, training: list[dict[str, float]]) -> list[d
 def policy_spec(cfg: Config, variant: dict[str, float]) -> PolicySpec:
     env = make_env(cfg.env.id, variant, dict(parse_kwargs(cfg.env.kwargs)))
     try:
-        return spec_for(env.observation_space, env.action_space, cfg.algo.hidden_sizes)
+        spec = spec_for(env.observation_space, env.action_space, cfg.algo.hidden_sizes)
     finally:
         env.close()
+    mirror = mirror_for(cfg.env.id) if cfg.algo.mirror else None  # fedrl.validate refuses an id without one
+    return replace(spec, obs_mirror=mirror.obs, action_mirror=mirror.action) if mirror is not None else spec
 
 
 def initial_weights(spec: PolicySpec, seed: int, make_model: Callable[[PolicySpec], nn.Module] = ActorCritic,

@@ -31,7 +31,7 @@ from torch import nn
 from fedrl.atomic import PUBLIC, write_bytes, write_text
 from fedrl.errors import ConfigError
 from fedrl.final_model import read_final_model
-from fedrl.rl.networks import ActorCritic, PolicySpec, set_weights
+from fedrl.rl.networks import ActorCritic, PolicySpec, mirrored, set_weights
 from fedrl.rl.normalize import Moments
 
 FORMATS = ("torchscript", "onnx")
@@ -52,6 +52,7 @@ class GreedyPolicy(nn.Module):
         self.actor: nn.Module | None = model.actor if isinstance(model, ActorCritic) else None
         self.model: nn.Module | None = None if isinstance(model, ActorCritic) else model
         self.discrete = spec.action_kind == "discrete"
+        self.spec = spec  # algo.mirror: the actor is made symmetric as in training (networks.mirrored)
         d = spec.obs_dim
         on = moments is not None and moments.count > 0
         mean = moments.mean if on and moments is not None else np.zeros(d)
@@ -66,7 +67,7 @@ class GreedyPolicy(nn.Module):
         if self.model is not None:
             return self.model.greedy(x)  # type: ignore[no-any-return,operator]
         assert self.actor is not None
-        out = self.actor(x)
+        out = mirrored(self.actor, x, self.spec, action=True)
         return out.argmax(-1) if self.discrete else out
 
 

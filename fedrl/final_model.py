@@ -144,7 +144,30 @@ def _spec(path: Path, p: dict[str, Any]) -> PolicySpec:
     low, high = (_bounds(path, p, k, action_dim if kind == "continuous" else 0) for k in ("action_low", "action_high"))
     if any(lo >= hi for lo, hi in zip(low, high, strict=True)):
         raise RunFileError(path, "policy.action_low", f"must be below policy.action_high, got {low} and {high}")
-    return PolicySpec(obs_dim, kind, action_dim, tuple(hidden), low, high)  # type: ignore[arg-type]  # kind checked
+    obs_mirror, action_mirror = _mirror(path, p, obs_dim, kind, action_dim)
+    return PolicySpec(obs_dim, kind, action_dim, tuple(hidden), low, high,  # type: ignore[arg-type]  # kind checked
+                      obs_mirror, action_mirror)
+
+
+def _mirror(path: Path, p: dict[str, Any], obs_dim: int, kind: str, action_dim: int,
+            ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``policy.obs_mirror``/``action_mirror`` (``algo.mirror``): both ``[]`` (no mirror, or a folder
+    written before they were recorded), or ``obs_dim`` signs and, for discrete actions, a permutation
+    of the action indices that is its own inverse, for continuous ones ``action_dim`` signs."""
+    obs, action = p.get("obs_mirror", []), p.get("action_mirror", [])
+    if obs == [] and action == []:
+        return (), ()
+    if not (isinstance(obs, list) and len(obs) == obs_dim and all(type(v) is int and v in (-1, 1) for v in obs)):
+        raise RunFileError(path, "policy.obs_mirror", f"must be a list of {obs_dim} signs (1 or -1), got {_short(obs)}")
+    ints = isinstance(action, list) and len(action) == action_dim and all(type(v) is int for v in action)
+    if kind == "discrete":
+        if not (ints and sorted(action) == list(range(action_dim)) and all(action[a] == i for i, a in enumerate(action))):
+            raise RunFileError(path, "policy.action_mirror", f"must be a permutation of 0..{action_dim - 1} that is its "
+                                                              f"own inverse, got {_short(action)}")
+    elif not (ints and all(v in (-1, 1) for v in action)):
+        raise RunFileError(path, "policy.action_mirror", f"must be a list of {action_dim} signs (1 or -1), "
+                                                          f"got {_short(action)}")
+    return tuple(obs), tuple(action)
 
 
 def _bounds(path: Path, p: dict[str, Any], key: str, n: int) -> tuple[float, ...]:

@@ -79,6 +79,8 @@ def resolved_config(fed: Federation) -> dict[str, Any]:
                    "action_dim": fed.spec.action_dim, "hidden": list(fed.spec.hidden),
                    # the bounds SAC's squashed actions scale to (the first node's env, as the server evaluates)
                    "action_low": list(fed.spec.action_low), "action_high": list(fed.spec.action_high),
+                   # algo.mirror: the symmetry the policy is built with (fedrl.envs.symmetry); [] = none
+                   "obs_mirror": list(fed.spec.obs_mirror), "action_mirror": list(fed.spec.action_mirror),
                    "weight_names": fed.names},
         "target_return": fed.target,
     }

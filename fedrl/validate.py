@@ -19,6 +19,7 @@ from fedrl.config import Config, from_run_config
 from fedrl.env_checks import check_environments
 from fedrl.envs.families import check_env_id, check_params, check_values
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_heldout, sample_variant
+from fedrl.envs.symmetry import MIRRORS, mirror_for
 from fedrl.errors import ConfigError
 from fedrl.features import FEATURES
 from fedrl.privacy.plan import plan_for, sample_plan
@@ -29,6 +30,7 @@ def validate(cfg: Config) -> None:
     if not cfg.algo.norm_obs_center and cfg.algo.norm_obs == "off":
         raise ConfigError("algo.norm-obs-center", "false says how observations are normalized, but algo.norm-obs is "
                                                   "off; set algo.norm-obs to on, server or auto, or drop the key")
+    _check_mirror(cfg)
     if cfg.resume == "true" and not cfg.run_name:
         raise ConfigError("resume", "resume=true needs run-name (or give the run folder path as resume)")
     check_env_id(cfg.env.id)
@@ -42,6 +44,23 @@ def validate(cfg: Config) -> None:
     for v in variants + heldout:
         check_values(cfg.env.id, v)
     check_environments(cfg, variants + heldout, kwargs)
+
+
+def _check_mirror(cfg: Config) -> None:
+    """``algo.mirror = true`` needs a declared symmetry, PPO's actor-critic, and inputs that the
+    mirror commutes with (``fedrl.rl.networks.mirrored``)."""
+    if not cfg.algo.mirror:
+        return
+    if mirror_for(cfg.env.id) is None:
+        raise ConfigError("algo.mirror", f"env.id = {cfg.env.id} declares no mirror symmetry; true works with "
+                                         f"{', '.join(MIRRORS)} (fedrl.envs.symmetry); set algo.mirror = false")
+    if cfg.algo.name != "ppo":
+        raise ConfigError("algo.mirror", f"the mirror-symmetric policy is PPO's actor-critic; algo.name = "
+                                         f"{cfg.algo.name} has its own network; use algo.name = ppo or algo.mirror = false")
+    if cfg.algo.norm_obs != "off" and cfg.algo.norm_obs_center:
+        raise ConfigError("algo.mirror", "a mirrored observation is the observation with some signs flipped, which "
+                                         "survives normalization only when the statistics' mean is not subtracted; "
+                                         "set algo.norm-obs-center = false (or algo.norm-obs = off)")
 
 
 def config_warnings(cfg: Config) -> list[str]:

@@ -59,4 +59,9 @@ SETTINGS = (
         lambda cfg: "selection.name = poisson with privacy.mode = distributed: each node's noise share is sized for "
                     "a fixed number of nodes per round; use uniform selection, or privacy.mode = central"),)),
     Feature("cohorts", "nodes.cohort-size", "nodes.cohort-size > 1", lambda cfg: cfg.nodes.cohort_size > 1),
+    setting("mirror", "algo.mirror", True, excludes=(Rule(
+        ("dpsgd",), "algo.mirror", "Opacus clips per sample, and the symmetric policy runs each sample twice",
+        lambda cfg: "algo.mirror with privacy.dpsgd: the symmetric policy runs every layer on each sample and on its "
+                    "mirror, and Opacus' per-sample clipping does not follow a layer used twice; set "
+                    "algo.mirror = false"),)),
 )

@@ -6,6 +6,7 @@ numpy arrays in ``state_dict`` order; ``weight_names`` gives the matching names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,6 +30,40 @@ class PolicySpec:
     hidden: tuple[int, ...] = (64, 64)
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
+    # algo.mirror (fedrl.envs.symmetry.Mirror): a sign per observation coordinate, and the mirrored
+    # action of each action index (discrete) or a sign per action dimension (continuous); () = off
+    obs_mirror: tuple[int, ...] = ()
+    action_mirror: tuple[int, ...] = ()
+
+
+def mirrored(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, spec: PolicySpec,
+             action: bool) -> torch.Tensor:
+    """``f(x)`` made mirror-symmetric (``algo.mirror``): the mean of ``f`` at ``x`` and, mirrored
+    back, at the mirrored observations. For the actor (``action``) that is
+    ``(f(x) + A f(M x)) / 2`` with ``M`` the observation signs and ``A`` the action permutation or
+    signs, so the mirrored observation gets the mirrored action distribution exactly; for the critic
+    ``(f(x) + f(M x)) / 2``, so a state and its mirror have one value. ``x [..., B, D]`` goes through
+    ``f`` once, with its mirror appended along the batch dimension. ``f`` unchanged when
+    ``spec.obs_mirror`` is empty.
+
+    ``x`` are the network's inputs, normalized observations: the mirror commutes with
+    normalization only when the statistics are not centred (``algo.norm-obs-center = false``) or
+    there are none, which ``fedrl.validate`` requires.
+    """
+    if not spec.obs_mirror:
+        return f(x)
+    flat = x.dim() == 1
+    if flat:
+        x = x.unsqueeze(0)
+    sign = torch.tensor(spec.obs_mirror, dtype=x.dtype)
+    n = x.shape[-2]
+    out = f(torch.cat([x, x * sign], dim=-2))
+    own, other = out[..., :n, :], out[..., n:, :]
+    if action:
+        other = (other[..., list(spec.action_mirror)] if spec.action_kind == "discrete"
+                 else other * torch.tensor(spec.action_mirror, dtype=other.dtype))
+    out = (own + other) * 0.5
+    return out.squeeze(0) if flat else out
 
 
 def _layer(n_in: int, n_out: int, gain: float) -> nn.Linear:
@@ -93,10 +128,15 @@ class ActorCritic(nn.Module):
         return self.std.log_std
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        return mirrored(self.critic, obs, self.spec, action=False).squeeze(-1)
+
+    def actor_out(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actor's logits (discrete) or Gaussian means (continuous), mirror-symmetric under
+        ``algo.mirror`` (``mirrored``)."""
+        return mirrored(self.actor, obs, self.spec, action=True)
 
     def dist(self, obs: torch.Tensor) -> Distribution:
-        out = self.actor(obs)
+        out = self.actor_out(obs)
         if self.spec.action_kind == "discrete":
             return Categorical(logits=out)
         return Normal(out, self.std(out.detach()).exp())
@@ -133,7 +173,7 @@ class ActorCritic(nn.Module):
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic action: argmax for discrete, the mean for continuous."""
-        out = self.actor(obs)
+        out = self.actor_out(obs)
         return out.argmax(-1) if self.spec.action_kind == "discrete" else out
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedrl.rl.networks import LOG_STD, ActorCritic, PolicySpec, as_real
+from fedrl.rl.networks import LOG_STD, ActorCritic, PolicySpec, as_real, mirrored
 
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
@@ -107,11 +107,12 @@ class StackedActorCritic:
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """``[K, B]`` values of ``[K, B, D]`` observations."""
-        return self._mlp(self._critic, obs).squeeze(-1)
+        return mirrored(lambda x: self._mlp(self._critic, x), obs, self.spec, action=False).squeeze(-1)
 
     def actor(self, obs: torch.Tensor) -> torch.Tensor:
-        """``[K, B, A]``: logits (discrete) or Gaussian means (continuous)."""
-        return self._mlp(self._actor, obs)
+        """``[K, B, A]``: logits (discrete) or Gaussian means (continuous), mirror-symmetric under
+        ``algo.mirror`` as ``ActorCritic.actor_out``."""
+        return mirrored(lambda x: self._mlp(self._actor, x), obs, self.spec, action=True)
 
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[K, B]`` log-probabilities of ``actions`` and entropies (summed over action dims),

@@ -32,6 +32,7 @@ from fedrl.algorithms.registry import get as algorithm
 from fedrl.config import from_run_config
 from fedrl.envs.batched import make_batched_env
 from fedrl.envs.spec import parse_vary, sample_variant
+from fedrl.experiment import policy_spec
 from fedrl.rl.networks import ActorCritic, get_weights, spec_for
 from fedrl.rl.normalize import Moments
 from fedrl.rl.train import train_locally
@@ -60,23 +61,25 @@ def dtype(request: pytest.FixtureRequest) -> object:
 
 
 @pytest.mark.usefixtures("one_thread")
-@pytest.mark.parametrize(("env_id", "prox_mu", "center"), [("CartPole-v1", 0.0, True), ("Pendulum-v1", 0.0, True),
-                                                     ("CartPole-v1", 0.05, True), ("CartPole-v1", 0.0, False)])
-def test_a_cohort_trains_each_node_as_alone(env_id: str, prox_mu: float, center: bool, dtype: torch.dtype) -> None:
+@pytest.mark.parametrize(("env_id", "prox_mu", "center", "mirror"), [
+    ("CartPole-v1", 0.0, True, False), ("Pendulum-v1", 0.0, True, False), ("CartPole-v1", 0.05, True, False),
+    ("CartPole-v1", 0.0, False, False), ("CartPole-v1", 0.0, False, True), ("Pendulum-v1", 0.0, False, True)])
+def test_a_cohort_trains_each_node_as_alone(env_id: str, prox_mu: float, center: bool, mirror: bool,
+                                            dtype: torch.dtype) -> None:
     cfg = from_run_config({"env.id": env_id, "env.vary": VARY[env_id], "nodes.count": K, "algo.local-steps": 256,
                            "algo.num-envs": ENVS, "num-server-rounds": ROUNDS, "ppo.target-kl": 0.02,
-                           "algo.norm-obs-center": center})
+                           "algo.norm-obs-center": center, "algo.mirror": mirror})
     assert cfg.algo.norm_obs == "on"  # the statistics the nodes fold their observations into are in play
     variants = [sample_variant(parse_vary(cfg.env.vary), i, K, cfg.seed) for i in range(K)]
-    probe = gym.make(env_id)
-    spec = spec_for(probe.observation_space, probe.action_space, (64, 64))
+    spec = policy_spec(cfg, variants[0])  # with algo.mirror, the symmetric policy (fedrl.envs.symmetry)
+    assert bool(spec.obs_mirror) is mirror and spec.hidden == (64, 64)
     torch.manual_seed(0)
     start = get_weights(ActorCritic(spec))
     assert next(ActorCritic(spec).parameters()).dtype == dtype
     alone_w, together_w = [start] * K, [start] * K
     alone_s, together_s = [NodeState({})] * K, [NodeState({})] * K
     moments = Moments.empty(spec.obs_dim)
-    worst = 0.0
+    worst, held = 0.0, 0.0
     for rnd in range(1, ROUNDS + 1):
         plans = [LocalPlan(i, rnd, ROUNDS, cfg.seed, prox_mu, moments) for i in range(K)]
         alone = []
@@ -95,7 +98,16 @@ def test_a_cohort_trains_each_node_as_alone(env_id: str, prox_mu: float, center:
             np.testing.assert_array_equal(b.state.arrays["env.elapsed"], a.state.arrays["env.elapsed"])
             np.testing.assert_allclose(b.state.arrays["env.states"], a.state.arrays["env.states"], rtol=1e-3, atol=1e-4)
             for x, y in zip(a.weights, b.weights, strict=True):
-                worst = max(worst, float(np.linalg.norm(x - y) / max(float(np.linalg.norm(x)), 1e-6)))
+                size, diff = float(np.linalg.norm(x)), float(np.linalg.norm(x - y))
+                if mirror and size < 1e-3:
+                    # The symmetric actor's biases get a gradient of 0 up to rounding: its output bias
+                    # acts on no action's probability (a shift of every logit, or a part the mirror
+                    # cancels), and with CartPole's mirror (every sign flipped) zero hidden biases are a
+                    # stationary point. They stay near 0 (measured: norms <= 3e-5 after 3 rounds in
+                    # float32), where only their absolute difference means anything.
+                    held = max(held, diff)
+                    continue
+                worst = max(worst, diff / max(size, 1e-6))
         alone_w, together_w = [r.weights for r in alone], [r.weights for r in together]
         alone_s, together_s = [r.state for r in alone], [r.state for r in together]
         moments = Moments.empty(spec.obs_dim)
@@ -104,7 +116,7 @@ def test_a_cohort_trains_each_node_as_alone(env_id: str, prox_mu: float, center:
                 moments = moments.merge(r.obs_moments)
         if not center:  # about zero, as the nodes folded them (algo.norm-obs-center = false)
             np.testing.assert_array_equal(moments.mean, np.zeros(spec.obs_dim))
-    assert worst < TOLERANCE[dtype], worst
+    assert worst < TOLERANCE[dtype] and held < TOLERANCE[dtype], (worst, held)
     # training happened: the weights moved far more than the tolerance
     flat = np.concatenate([w.ravel() for w in start])
     moved = np.concatenate([w.ravel() for w in alone_w[0]]) - flat

@@ -24,6 +24,12 @@ RUNS = {
     "cartpole": {"nodes.count": 2, "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},
     "pendulum": {"env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)", "nodes.count": 2,
                  "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},  # normalized observations
+    # algo.mirror: the exported actor is made symmetric as in training (uncentred statistics)
+    "cartpole-mirror": {"nodes.count": 2, "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1,
+                        "algo.mirror": True, "algo.norm-obs-center": False},
+    "pendulum-mirror": {"env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)", "nodes.count": 2,
+                        "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1, "algo.mirror": True,
+                        "algo.norm-obs-center": False},
     "dqn": {"algo.name": "dqn", "dqn.dueling": True, "dqn.learning-starts": 64, "nodes.count": 2,
             "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},  # argmax of a dueling Q network
     # SAC squashes its mean into the env's bounds (Pendulum: +-2), which are not weights
@@ -46,7 +52,7 @@ def _framework_actions(run: Path, obs: np.ndarray) -> np.ndarray:
         return model.greedy(torch.as_tensor(x)).numpy()
 
 
-@pytest.mark.parametrize("env", ["cartpole", "pendulum", "dqn", "sac"])
+@pytest.mark.parametrize("env", ["cartpole", "pendulum", "cartpole-mirror", "pendulum-mirror", "dqn", "sac"])
 def test_the_exported_policy_chooses_the_frameworks_actions_on_1000_observations(env: str, tmp_path: Path) -> None:
     run_centralized(from_run_config({**RUNS[env], "output-dir": str(tmp_path), "run-name": "r"}))
     run = tmp_path / "r"
@@ -59,7 +65,15 @@ def test_the_exported_policy_chooses_the_frameworks_actions_on_1000_observations
     with torch.no_grad():
         exported = policy(torch.as_tensor(obs)).numpy()
     ours = _framework_actions(run, obs)
-    if env not in ("pendulum", "sac"):
+    if env.endswith("-mirror"):  # the mirrored observation gets the mirrored action
+        mirror = json.loads((run / "config.json").read_text())["policy"]
+        with torch.no_grad():
+            flipped = policy(torch.as_tensor(obs * np.asarray(mirror["obs_mirror"], np.float32))).numpy()
+        if info["action_kind"] == "discrete":
+            np.testing.assert_array_equal(flipped, np.asarray(mirror["action_mirror"])[exported])
+        else:
+            np.testing.assert_allclose(flipped, -exported, rtol=1e-5, atol=1e-6)
+    if env not in ("pendulum", "pendulum-mirror", "sac"):
         np.testing.assert_array_equal(exported, ours)
         assert 0 < ours.mean() < 1  # both actions occur: the comparison is not vacuous
     else:
