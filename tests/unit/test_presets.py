@@ -27,6 +27,8 @@ def test_a_preset_passes_the_checks(preset: Path) -> None:
     if preset.name == "cartpole_1000.toml":
         assert cfg.nodes.count == 1000 and cfg.nodes_per_round == 100 and cfg.secagg.enabled
         assert cfg.privacy.mode == "central" and cfg.privacy.target_epsilon <= 8 and cfg.compression.bits == 8
+        # the symmetric policy needs uncentred statistics (fedrl.validate refuses it otherwise)
+        assert cfg.algo.mirror and not cfg.algo.norm_obs_center and cfg.ppo.gamma == 0.995
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
