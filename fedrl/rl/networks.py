@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -36,6 +37,14 @@ class PolicySpec:
     action_mirror: tuple[int, ...] = ()
 
 
+@lru_cache(maxsize=32)
+def _constant(values: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """``values`` as a tensor, built once: ``mirrored`` runs at every step of a rollout. Read only.
+    Built outside inference mode, as a cached inference tensor would break a later backward pass."""
+    with torch.inference_mode(False):
+        return torch.tensor(values, dtype=dtype)
+
+
 def mirrored(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, spec: PolicySpec,
              action: bool) -> torch.Tensor:
     """``f(x)`` made mirror-symmetric (``algo.mirror``): the mean of ``f`` at ``x`` and, mirrored
@@ -55,13 +64,12 @@ def mirrored(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, spec: P
     flat = x.dim() == 1
     if flat:
         x = x.unsqueeze(0)
-    sign = torch.tensor(spec.obs_mirror, dtype=x.dtype)
     n = x.shape[-2]
-    out = f(torch.cat([x, x * sign], dim=-2))
+    out = f(torch.cat([x, x * _constant(spec.obs_mirror, x.dtype)], dim=-2))
     own, other = out[..., :n, :], out[..., n:, :]
     if action:
-        other = (other[..., list(spec.action_mirror)] if spec.action_kind == "discrete"
-                 else other * torch.tensor(spec.action_mirror, dtype=other.dtype))
+        other = (other[..., _constant(spec.action_mirror, torch.long)] if spec.action_kind == "discrete"
+                 else other * _constant(spec.action_mirror, other.dtype))
     out = (own + other) * 0.5
     return out.squeeze(0) if flat else out
 

@@ -150,3 +150,19 @@ def test_what_the_mirror_cannot_do_is_refused_naming_algo_mirror(over: dict[str,
         check({**BASE, **over, "algo.mirror": False})
     except ConfigError as other:
         assert other.key != "algo.mirror"
+
+
+def test_the_policy_trains_after_acting_in_inference_mode() -> None:
+    """The mirror's constants are cached; one first built while acting (inference mode) must not
+    break the next backward pass (it did, in the cohort path, before they were built outside it)."""
+    from fedrl.rl import networks
+
+    networks._constant.cache_clear()
+    spec = _spec("Pendulum-v1")
+    model = ActorCritic(spec)
+    x = torch.randn(6, spec.obs_dim)
+    with torch.inference_mode():
+        model.actor_out(x)
+    logp, entropy = model.log_prob_entropy(x, torch.zeros(6, 1))
+    (logp.sum() + model.value(x).sum()).backward()
+    assert all(p.grad is not None for p in model.actor.parameters())
