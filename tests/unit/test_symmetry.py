@@ -163,6 +163,6 @@ def test_the_policy_trains_after_acting_in_inference_mode() -> None:
     x = torch.randn(6, spec.obs_dim)
     with torch.inference_mode():
         model.actor_out(x)
-    logp, entropy = model.log_prob_entropy(x, torch.zeros(6, 1))
+    logp, _ = model.log_prob_entropy(x, torch.zeros(6, 1))
     (logp.sum() + model.value(x).sum()).backward()
     assert all(p.grad is not None for p in model.actor.parameters())
