@@ -15,13 +15,14 @@ from typing import Any
 from fedrl import setting_checks, speed
 from fedrl.algorithms.registry import get as algorithm
 from fedrl.compat import conflict
-from fedrl.config import Config, from_run_config
+from fedrl.config import Config, from_run_config, norm_on
 from fedrl.env_checks import check_environments
 from fedrl.envs.families import check_env_id, check_params, check_values
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_heldout, sample_variant
 from fedrl.envs.symmetry import MIRRORS, mirror_for
 from fedrl.errors import ConfigError
 from fedrl.features import FEATURES
+from fedrl.features.settings import continuous_actions
 from fedrl.privacy.plan import plan_for, sample_plan
 
 
@@ -57,7 +58,9 @@ def _check_mirror(cfg: Config) -> None:
     if cfg.algo.name != "ppo":
         raise ConfigError("algo.mirror", f"the mirror-symmetric policy is PPO's actor-critic; algo.name = "
                                          f"{cfg.algo.name} has its own network; use algo.name = ppo or algo.mirror = false")
-    if cfg.algo.norm_obs != "off" and cfg.algo.norm_obs_center:
+    # auto is off for discrete actions wherever from_run_config left it auto (privacy, secagg, ...)
+    setting = cfg.algo.norm_obs
+    if norm_on(setting, setting == "auto" and continuous_actions(cfg)) and cfg.algo.norm_obs_center:
         raise ConfigError("algo.mirror", "a mirrored observation is the observation with some signs flipped, which "
                                          "survives normalization only when the statistics' mean is not subtracted; "
                                          "set algo.norm-obs-center = false (or algo.norm-obs = off)")

@@ -8,7 +8,8 @@ from fedrl.config import Config, node_statistics_travel
 NORM_OBS_ON = "observation normalization on (algo.norm-obs; auto is on for continuous actions)"
 
 
-def _continuous(cfg: Config) -> bool:
+def continuous_actions(cfg: Config) -> bool:
+    """Whether ``env.id`` has continuous (Box) actions: builds one environment."""
     import gymnasium as gym
 
     from fedrl.envs.make import make_env  # here: it loads torch, which check --list does not need
@@ -24,7 +25,7 @@ def _continuous(cfg: Config) -> bool:
 def _normalizes(key: str) -> Feature:
     """``algo.norm-obs``/``algo.norm-reward`` on (``auto`` builds the env: on for continuous actions)."""
     return Feature(key.removeprefix("algo."), key, f"{key} = on, or auto with continuous actions",
-                   lambda cfg: node_statistics_travel(value(cfg, key), value(cfg, key) == "auto" and _continuous(cfg)))
+                   lambda cfg: node_statistics_travel(value(cfg, key), value(cfg, key) == "auto" and continuous_actions(cfg)))
 
 
 # algo.norm-obs = server (fedrl.rl.obs_stats): the server keeps one set of statistics, the global

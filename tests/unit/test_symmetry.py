@@ -152,6 +152,17 @@ def test_what_the_mirror_cannot_do_is_refused_naming_algo_mirror(over: dict[str,
         assert other.key != "algo.mirror"
 
 
+def test_auto_normalization_is_judged_by_what_it_resolves_to() -> None:
+    """``algo.norm-obs = auto`` with privacy stays auto, which is off for discrete actions (the mirror
+    then needs nothing) and on for continuous ones (centred statistics are then refused)."""
+    dp = {"algo.mirror": True, "algo.norm-obs": "auto", "privacy.mode": "central", "privacy.target-epsilon": 8.0}
+    cfg = check(dp)
+    assert cfg.algo.norm_obs == "auto" and cfg.algo.norm_obs_center and cfg.algo.mirror
+    with pytest.raises(ConfigError) as err:
+        check({**dp, "env.id": "Pendulum-v1", "env.vary": ""})
+    assert err.value.key == "algo.mirror" and "set algo.norm-obs-center = false" in str(err.value)
+
+
 def test_the_policy_trains_after_acting_in_inference_mode() -> None:
     """The mirror's constants are cached; one first built while acting (inference mode) must not
     break the next backward pass (it did, in the cohort path, before they were built outside it)."""
