@@ -38,7 +38,7 @@ class AlgoConfig:
         "running observation normalization with federated statistics (auto: on, except for dqn and sac and with secagg, privacy, "
         "hierarchical or gossip, which cannot carry the statistics yet: there on for continuous actions only); server: "
         "statistics of the server's own rollouts of the global policy on the nodes' variants, so no node sends any "
-        "(works with secagg and privacy; ppo, star topology)")
+        "(works with secagg and privacy; ppo, star or hierarchical topology: the cloud model's statistics, shared by the edges)")
     norm_obs_center: bool = opt(
         "algo.norm-obs-center", True,
         "subtract the statistics' mean (false: divide by the root mean square about zero only, so a mean that "

@@ -28,13 +28,14 @@ def _normalizes(key: str) -> Feature:
                    lambda cfg: node_statistics_travel(value(cfg, key), value(cfg, key) == "auto" and continuous_actions(cfg)))
 
 
-# algo.norm-obs = server (fedrl.rl.obs_stats): the server keeps one set of statistics, the global
-# model's, and nodes send none, so it works wherever there is one global model.
+# algo.norm-obs = server (fedrl.rl.obs_stats): the server keeps one set of statistics, of the model the
+# run stands for (the global model, or the hierarchy's cloud model, shared by every edge), and nodes
+# send none, so it works wherever there is such a model.
 _SERVER_STATISTICS = setting("norm-obs-server", "algo.norm-obs", "server", excludes=(
-    Rule(("gossip", "hierarchical", "local"), "algo.norm-obs", "the server keeps statistics of one global model only",
+    Rule(("gossip", "local"), "algo.norm-obs", "the server keeps statistics of one global model only",
          lambda cfg: "algo.norm-obs = server keeps the statistics of one global model, which "
                      f"topology.name = {cfg.topology.name} with strategy.name = {cfg.strategy.name} does not have; "
-                     "use the star topology with a shared model, or algo.norm-obs = off"),
+                     "use the star or hierarchical topology with a shared model, or algo.norm-obs = off"),
     Rule(("dpsgd",), "algo.norm-obs", "a node's normalizer still adapts to its own samples during the round",
          lambda cfg: "algo.norm-obs = server with privacy.dpsgd: a node's normalizer still adapts to its own samples "
                      "during the round, outside the clipped gradients; set algo.norm-obs = off"),

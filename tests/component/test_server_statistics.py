@@ -93,3 +93,28 @@ def test_server_statistics_pass_with_secure_aggregation_and_central_dp() -> None
     cfg = check({**SERVER, "secagg.enabled": True, "compression.up": "quantize", "privacy.mode": "central",
                  "privacy.target-epsilon": 8.0})
     assert cfg.algo.norm_obs == "server"
+
+
+def test_under_a_hierarchy_every_edge_gets_the_statistics_of_the_cloud_models_rollouts() -> None:
+    cfg = check({**SERVER, "topology.name": "hierarchical", "topology.edges": 2, "topology.cloud-every": 2,
+                 "secagg.enabled": True, "compression.up": "quantize", "privacy.mode": "central",
+                 "privacy.target-epsilon": 8.0})
+    fed = Federation(cfg)
+    assert fed.obs_from_server and len(fed.moments) == 2
+    fed.begin_round(1)
+    first = fed.moments[0]
+    assert first.count == 2 * 64 and fed.moments[1] is first
+    # the rollouts are of the cloud model (here still the initial one, shared by both edges)
+    expected = fed.evaluation.observe(fed.server_model(), Moments.empty(fed.spec.obs_dim), 1)
+    np.testing.assert_array_equal(first.mean, expected.mean)
+    np.testing.assert_array_equal(first.m2, expected.m2)
+    edge_of = fed.rule.edge_of  # type: ignore[attr-defined]
+    assert {edge_of[0], edge_of[3]} == {0, 1}
+    assert fed.plan(0, 1)[0].obs_moments is first and fed.plan(3, 1)[0].obs_moments is first
+    # after the edges diverge (no cloud step in round 1), the next rollouts are of the cloud average
+    fed.rule.models[1] = [w + 0.05 for w in fed.rule.models[1]]
+    cloud = fed.server_model()
+    fed.begin_round(2)
+    again = first.merge(fed.evaluation.observe(cloud, first, 2))
+    np.testing.assert_array_equal(fed.moments[1].m2, again.m2)
+    assert fed.moments[0] is fed.moments[1] and fed.moments[0].count == 2 * 2 * 64
