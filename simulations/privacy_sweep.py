@@ -56,8 +56,11 @@ def preset(path: str) -> str:
     else:  # Flower depends on tomli
         import tomli as tomllib
     cfg = tomllib.loads(Path(path).read_text())
-    return " ".join(f"{k}='{v}'" if isinstance(v, str) else f"{k}={str(v).lower() if isinstance(v, bool) else v!r}"
-                    for k, v in cfg.items())
+
+    def form(v: object) -> str:  # Flower's run-config literals: quoted strings, lowercase booleans
+        return f"'{v}'" if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else repr(v)
+
+    return " ".join(f"{k}={form(v)}" for k, v in cfg.items())
 
 
 def plan_runs(grid: list[tuple[str, list[str]]], references: bool) -> list[dict[str, str]]:

@@ -13,10 +13,20 @@ from fedrl.compare import compare
 from tests.e2e.harness import REPO
 
 sys.path.insert(0, str(REPO / "simulations"))
-from privacy_sweep import overrides, plan_runs, run_name
+from privacy_sweep import overrides, plan_runs, preset, run_name
 
 TINY = ("nodes.count=3 algo.local-steps=256 num-server-rounds=2 eval.episodes=1 algo.hidden='16' "
         "privacy.mode='central' privacy.clip-norm=0.1")
+
+
+def test_a_preset_becomes_flower_run_config_literals(tmp_path: Path) -> None:
+    """Strings quoted, booleans lowercase and unquoted (not the string 'false'), numbers as written."""
+    f = tmp_path / "p.toml"
+    f.write_text('"algo.hidden" = "64,64"\n"algo.mirror" = true\n"algo.norm-obs-center" = false\n'
+                 '"ppo.lr" = 0.001\n"nodes.count" = 1000\n')
+    assert preset(str(f)) == ("algo.hidden='64,64' algo.mirror=true algo.norm-obs-center=false ppo.lr=0.001 "
+                              "nodes.count=1000")
+    assert preset("") == ""
 
 
 def test_the_plan_has_every_grid_point_and_one_pair_of_references_per_outer_point() -> None:
