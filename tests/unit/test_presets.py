@@ -18,7 +18,8 @@ PRESETS = sorted((REPO / "simulations" / "configs").glob("*.toml"))
 
 
 def test_there_are_presets() -> None:
-    assert {p.name for p in PRESETS} >= {"cartpole_dp.toml", "cartpole_1000.toml"}
+    assert {p.name for p in PRESETS} >= {"cartpole_dp.toml", "cartpole_1000.toml", "cartpole_1000_fedbuff.toml",
+                                         "cartpole_2000_hierarchical.toml"}
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
@@ -29,6 +30,12 @@ def test_a_preset_passes_the_checks(preset: Path) -> None:
         assert cfg.privacy.mode == "central" and cfg.privacy.target_epsilon <= 8 and cfg.compression.bits == 8
         # the symmetric policy needs uncentred statistics (fedrl.validate refuses it otherwise)
         assert cfg.algo.mirror and not cfg.algo.norm_obs_center and cfg.ppo.gamma == 0.995
+    if preset.name == "cartpole_2000_hierarchical.toml":  # DP at the edge, each edge its own secure sum
+        assert cfg.topology.name == "hierarchical" and cfg.nodes.count == 2000 and cfg.secagg.enabled
+        assert cfg.privacy.mode == "central" and cfg.privacy.target_epsilon <= 8 and cfg.algo.norm_obs == "server"
+    if preset.name == "cartpole_1000_fedbuff.toml":  # DP-FedBuff: the buffer is the crowd
+        assert cfg.strategy.name == "fedbuff" and cfg.strategy.buffer == 400 and cfg.nodes.count == 1000
+        assert cfg.privacy.mode == "central" and cfg.privacy.target_epsilon <= 8
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
