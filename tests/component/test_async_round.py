@@ -132,6 +132,29 @@ def test_a_dp_fedbuff_step_is_the_clipped_buffer_plus_gaussian_noise_over_k() ->
     assert fed.dp is not None and fed.dp.ledger.history == [(1.0, 1.0, 1)]  # one Gaussian step, q = 1
 
 
+def test_a_dp_fedbuff_clip_schedule_follows_the_server_steps_and_clips_a_stale_update_to_the_steps_norm() -> None:
+    # privacy.clip-norm-end over 3 server steps: 0.5, 0.3, 0.1
+    fed = Federation(from_run_config({**DP_BUFF, "privacy.clip-norm-end": 0.1}))
+    assert fed.dp is not None and fed.dp.clip == 0.5
+    base = [w.copy() for w in fed.models[0]]
+    rng = np.random.default_rng(7)
+    assert fed.plan(0, 1)[0].clip_norm == 0.5  # nodes clip to the norm of the coming step
+    for node in (0, 1):
+        fed.receive_async(_reply(fed, node, base, rng), 0, base)
+    fed.completed(1)
+    assert fed.dp.clip == pytest.approx(0.3) and fed.plan(2, 2)[0].clip_norm == pytest.approx(0.3)
+    # step 2 takes two updates sent from version 0 (under 0.5): each is clipped again, to 0.3
+    big = [rng.normal(0, 1, fed.n_params).astype(np.float32) for _ in range(2)]
+    now = [w.copy() for w in fed.models[0]]
+    fed.receive_async(Reply(2, unflatten(flatten(base) + big[0], base), 256, None, {}), 0, base)
+    assert fed.receive_async(Reply(3, unflatten(flatten(base) + big[1], base), 256, None, {}), 0, base) == [(2, 1),
+                                                                                                          (3, 1)]
+    clipped = sum(b * 0.3 / np.linalg.norm(b) for b in big)
+    noise = 2 * (flatten(fed.models[0]).astype(np.float64) - flatten(now)) - clipped
+    assert noise.std() == pytest.approx(1.0 * 0.3, rel=0.05) and abs(noise.mean()) < 0.05  # z times the step's C
+    assert fed.dp.ledger.history == [(1.0, 1.0, 2)]  # the same mechanism each step: ε unchanged by the schedule
+
+
 def test_the_dp_fedbuff_accountant_matches_a_hand_computation() -> None:
     from opacus.accountants.rdp import RDPAccountant
 

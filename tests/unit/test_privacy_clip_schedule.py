@@ -59,7 +59,6 @@ def test_the_secure_sum_is_noised_for_the_rounds_clip_plus_the_rounding() -> Non
 
 @pytest.mark.parametrize(("over", "words"), [
     ({"privacy.adaptive-clip": True}, "adaptive-clip"),
-    ({"strategy.name": "fedbuff"}, "strategy.name = fedbuff"),
     ({"privacy.mode": "distributed", "secagg.enabled": True, "compression.up": "quantize"}, "distributed"),
 ])
 def test_a_schedule_is_refused_where_the_clip_norm_is_not_one_per_round(over: dict, words: str) -> None:
