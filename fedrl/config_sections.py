@@ -35,8 +35,9 @@ class AlgoConfig:
     hidden: str = opt("algo.hidden", "64,64", "hidden layer sizes", ck.hidden)
     norm_obs: Literal["auto", "on", "off", "server"] = opt(
         "algo.norm-obs", "auto",
-        "running observation normalization with federated statistics (auto: on, except for dqn and sac and with secagg, privacy, "
-        "hierarchical or gossip, which cannot carry the statistics yet: there on for continuous actions only); server: "
+        "running observation normalization with federated statistics (auto: on; off for dqn and sac; server where nodes "
+        "cannot send statistics, with secagg, privacy or hierarchical (ppo, not with privacy.dpsgd or strategy.name = local); "
+        "with gossip or privacy.dpsgd on for continuous actions only); server: "
         "statistics of the server's own rollouts of the global policy on the nodes' variants, so no node sends any "
         "(works with secagg and privacy; ppo, star or hierarchical topology: the cloud model's statistics, shared by the edges)")
     norm_obs_center: bool = opt(

@@ -97,7 +97,7 @@ def test_downlink_delta_plan_round_trips_and_is_applied_by_the_node() -> None:
      "nodes.count", "10000"),  # refused first by the population cap; 16-bit codes of 10,000 nodes fit 32 bits
     ({"secagg.enabled": True, "compression.up": "quantize", "secagg.neighbors": 3}, "secagg.neighbors", "even"),
     ({"secagg.enabled": True, "compression.up": "quantize", "env.id": "Pendulum-v1", "env.vary": "m=1.0",
-      "algo.norm-obs": "auto"},  # auto is on for continuous actions; SMALL pins it off
+      "algo.norm-obs": "on"},  # node statistics (auto would take the server's, which no node sends)
      "algo.norm-obs", "in the clear"),
     ({"nodes.dropout-stage": "share"}, "nodes.dropout-stage", "secagg.enabled = false"),
     ({"secagg.enabled": True, "compression.up": "topk", "privacy.mode": "distributed",

@@ -287,11 +287,16 @@ def test_a_plain_run_name_is_kept() -> None:
     ({"strategy.name": "median"}, "on"),
     ({"algo.norm-obs": "off"}, "off"),
     ({"algo.norm-obs": "on", "secagg.enabled": True}, "on"),  # explicit: kept, for validate to judge
-    ({"secagg.enabled": True}, "auto"),
-    ({"privacy.mode": "central"}, "auto"),
+    # where nodes cannot send statistics, the server's own rollouts give them (one model: star, hierarchy)
+    ({"secagg.enabled": True}, "server"),
+    ({"privacy.mode": "central"}, "server"),
+    ({"topology.name": "hierarchical"}, "server"),
+    ({"topology.name": "hierarchical", "secagg.enabled": True}, "server"),
+    ({"strategy.name": "fedbuff", "privacy.mode": "central"}, "server"),
+    # no model the server could roll out, or a normalizer DP-SGD would not cover: the older meaning
     ({"privacy.dpsgd": True}, "auto"),
     ({"topology.name": "gossip"}, "auto"),
-    ({"topology.name": "hierarchical"}, "auto"),
+    ({"strategy.name": "local", "privacy.mode": "central"}, "auto"),
 ])
 def test_norm_obs_auto_is_on_where_statistics_can_travel(over: dict[str, object], resolved: str) -> None:
     assert from_run_config(over).algo.norm_obs == resolved

@@ -153,14 +153,20 @@ def test_what_the_mirror_cannot_do_is_refused_naming_algo_mirror(over: dict[str,
 
 
 def test_auto_normalization_is_judged_by_what_it_resolves_to() -> None:
-    """``algo.norm-obs = auto`` with privacy stays auto, which is off for discrete actions (the mirror
-    then needs nothing) and on for continuous ones (centred statistics are then refused)."""
-    dp = {"algo.mirror": True, "algo.norm-obs": "auto", "privacy.mode": "central", "privacy.target-epsilon": 8.0}
-    cfg = check(dp)
+    """``algo.norm-obs = auto`` under gossip stays auto: off for discrete actions (the mirror then needs
+    nothing), on for continuous ones (centred statistics refused); under DP it becomes ``server``,
+    whose statistics must then be uncentred."""
+    gossip = {"algo.mirror": True, "topology.name": "gossip"}
+    cfg = check(gossip)
     assert cfg.algo.norm_obs == "auto" and cfg.algo.norm_obs_center and cfg.algo.mirror
-    with pytest.raises(ConfigError) as err:
-        check({**dp, "env.id": "Pendulum-v1", "env.vary": ""})
-    assert err.value.key == "algo.mirror" and "set algo.norm-obs-center = false" in str(err.value)
+    for over in ({**gossip, "env.id": "Pendulum-v1", "env.vary": ""},
+                 {"algo.mirror": True, "privacy.mode": "central", "privacy.target-epsilon": 8.0}):
+        with pytest.raises(ConfigError) as err:
+            check(over)
+        assert err.value.key == "algo.mirror" and "set algo.norm-obs-center = false" in str(err.value)
+    dp = check({"algo.mirror": True, "privacy.mode": "central", "privacy.target-epsilon": 8.0,
+                "algo.norm-obs-center": False})
+    assert dp.algo.norm_obs == "server" and dp.algo.mirror
 
 
 def test_the_policy_trains_after_acting_in_inference_mode() -> None:
