@@ -59,6 +59,8 @@ COMBINATIONS: dict[str, tuple[int, str]] = {
                                    f"compression.up='topk' compression.fraction=0.1 {BUFFERED}")),
     "fedasync x quantize 8-bit": (8, ("strategy.name='fedasync' nodes.speed='linspace(1, 2)' "
                                      "compression.up='quantize' num-server-rounds=240 eval.every=24")),
+    "fedasync x topk 10% + EF": (8, ("strategy.name='fedasync' nodes.speed='linspace(1, 2)' compression.up='topk' "
+                                    "compression.fraction=0.1 num-server-rounds=240 eval.every=24")),
     "gossip x CHOCO 8-bit": (8, "topology.name='gossip' topology.graph='exponential' compression.up='quantize'"),
     "gossip x CHOCO topk 10%": (8, ("topology.name='gossip' topology.graph='ring' compression.up='topk' "
                                    "compression.fraction=0.1 topology.consensus-step=0.3")),
