@@ -50,10 +50,6 @@ class StrategyConfig:
     buffer: int = opt("strategy.buffer", 4, "fedbuff: updates buffered per server step (K)", ck.positive)
     mixing: float = opt("strategy.mixing", 0.6, "fedasync: alpha in x += alpha s(staleness) (x_node - x)",
                         ck.unit_open_closed)
-    mixing_end: float = opt("strategy.mixing-end", 0.1,
-                            "fedasync: alpha at the last server step, annealed linearly from strategy.mixing at the "
-                            "first, as strategy.server-lr-end anneals the other rules' server step (the end is "
-                            "min(this, mixing)); -1: constant", ck.off_or_positive)
     staleness_exponent: float = opt("strategy.staleness-exponent", 0.5,
                                     "fedbuff, fedasync: an update tau versions old weighs (1 + tau)^-a (0: ignore "
                                     "staleness)", ck.non_negative)

@@ -20,7 +20,6 @@ from fedrl.aggregation.fedavg import delta_of
 from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.privacy.server import ServerPrivacy
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
-from fedrl.schedule import linear
 from fedrl.wire import Reply
 
 Guard = Callable[[str, Callable[[], None]], None]
@@ -48,14 +47,6 @@ class Asynchronous(ServerRule):
 
 
 class FedAsync(Asynchronous):
-    def mixing(self, step: int) -> float:
-        """Server step ``step``'s alpha: ``strategy.mixing``, annealed to ``strategy.mixing-end``. A
-        constant alpha leaves the model ``alpha`` of the last node's to the end, whatever its variant:
-        on heterogeneous CartPole the final model missed a variant on 2 of 6 runs (worst 441 and 311)."""
-        s = self.cfg.strategy
-        return linear(s.mixing, min(s.mixing_end, s.mixing) if s.mixing_end >= 0 else -1.0, step,
-                      self.cfg.num_server_rounds)
-
     def receive(self, reply: Reply, version: int, base: Model, now: int, guard: Guard) -> list[tuple[int, int]]:
         s = self.cfg.strategy
         tau = now - version
@@ -63,7 +54,7 @@ class FedAsync(Asynchronous):
         def mix() -> None:
             self.merge_moments(0, [reply])
             self.models[0] = async_mix(self.models[0], reply.weights,
-                                       self.mixing(now + 1) * staleness_weight(tau, s.staleness_exponent))
+                                       s.mixing * staleness_weight(tau, s.staleness_exponent))
 
         guard("fedasync", mix)
         return [(reply.node, tau)]

@@ -61,25 +61,6 @@ def test_fedasync_mixes_every_update_at_once() -> None:
     np.testing.assert_allclose(flatten(fed.models[0]) - flatten(base), 0.5, rtol=1e-5)
 
 
-def test_fedasync_anneals_its_mixing_weight_over_the_server_steps() -> None:
-    # strategy.mixing-end: alpha 0.5 at step 1, linearly to 0.1 at step 5 (num-server-rounds)
-    fed = Federation(from_run_config({**SMALL, "strategy.name": "fedasync", "strategy.mixing": 0.5,
-                                      "strategy.mixing-end": 0.1, "strategy.staleness-exponent": 0.0,
-                                      "num-server-rounds": 5}))
-    for step, alpha in enumerate([0.5, 0.4, 0.3, 0.2, 0.1]):
-        base = [w.copy() for w in fed.models[0]]
-        fed.receive_async(Reply(1, [w + np.float32(1.0) for w in base], 256, None, {}), step, base)
-        np.testing.assert_allclose(flatten(fed.models[0]) - flatten(base), alpha, rtol=1e-5)
-        fed.round = step + 1
-    constant = Federation(from_run_config({**SMALL, "strategy.name": "fedasync", "strategy.mixing": 0.5,
-                                           "strategy.mixing-end": -1, "num-server-rounds": 5}))
-    assert [constant.rule.mixing(k) for k in (1, 5)] == [0.5, 0.5]  # type: ignore[attr-defined]
-    # never raises alpha: an end above strategy.mixing is read as mixing
-    above = Federation(from_run_config({**SMALL, "strategy.name": "fedasync", "strategy.mixing": 0.3,
-                                        "strategy.mixing-end": 0.9, "num-server-rounds": 5}))
-    assert above.rule.mixing(5) == 0.3  # type: ignore[attr-defined]
-
-
 def test_fedbuff_flushes_a_partial_buffer_on_request() -> None:
     fed = Federation(from_run_config({**SMALL, "strategy.name": "fedbuff", "strategy.buffer": 3}))
     base = [w.copy() for w in fed.models[0]]
