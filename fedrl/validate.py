@@ -58,7 +58,7 @@ def _check_mirror(cfg: Config) -> None:
     if cfg.algo.name != "ppo":
         raise ConfigError("algo.mirror", f"the mirror-symmetric policy is PPO's actor-critic; algo.name = "
                                          f"{cfg.algo.name} has its own network; use algo.name = ppo or algo.mirror = false")
-    # auto is off for discrete actions wherever from_run_config left it auto (privacy, secagg, ...)
+    # auto is off for discrete actions wherever from_run_config left it auto (gossip, DP-SGD)
     setting = cfg.algo.norm_obs
     if norm_on(setting, setting == "auto" and continuous_actions(cfg)) and cfg.algo.norm_obs_center:
         raise ConfigError("algo.mirror", "a mirrored observation is the observation with some signs flipped, which "

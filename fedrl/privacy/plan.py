@@ -219,14 +219,11 @@ def plan_for(cfg: Config, continuous: bool, dim: int, *, crowd: bool = True,
 
 
 def _check_clip_schedule(cfg: Config) -> None:
-    """``privacy.clip-norm-end`` follows the server's rounds (FedBuff: its server steps) with one fixed
-    clip norm each."""
+    """``privacy.clip-norm-end`` follows the server's rounds with one fixed clip norm each (DP-FedBuff:
+    its steps, each buffered update clipped again to the releasing step's; FedAsync refuses DP)."""
     p = cfg.privacy
     if p.clip_norm_end < 0:
         return
-    # DP-FedBuff follows it per server step (a "round" there): the server clips every buffered update
-    # again to the step's clip norm, so an update sent under an earlier, larger one still moves the
-    # step's sum by at most the step's; FedAsync refuses DP.
     why = ("privacy.mode = distributed: each node's noise share is sized for one clip norm" if p.mode == "distributed"
            else "privacy.adaptive-clip = true: the clip norm already follows the updates" if p.adaptive_clip else "")
     if why:
