@@ -157,8 +157,7 @@ class Federation:
         if self.obs_from_server:  # the server's own rollouts on evaluated variants (fedrl.rl.obs_stats)
             m = self.rule.moments[0]
             assert m is not None  # obs_on: the rule keeps statistics
-            merged = m.merge(self.evaluation.observe(self.rule.server_model(self.round), m, rnd))
-            self.rule.moments = [merged] * len(self.rule.moments)  # a hierarchy's edges share the cloud's
+            self.rule.observe(self.evaluation.observe(self.rule.server_model(self.round), m, rnd))
         for s, cast in enumerate(self.casts):
             cast.advance(self.rule.models[s], rnd)
 

@@ -166,6 +166,13 @@ class ServerRule(ABC):
                 m = m.merge(r.obs_moments)
         self.moments[slot] = m
 
+    def observe(self, moments: Moments) -> None:
+        """Merge the server's own rollout statistics into every slot's (``algo.norm-obs = server``:
+        every slot holds the same statistics, so a hierarchy's edges share the cloud's)."""
+        m = self.moments[0]
+        assert m is not None  # the caller checked that observation statistics are on
+        self.moments = [m.merge(moments)] * len(self.moments)
+
     def label(self) -> str:
         """The rule's name in log lines and ``aggregation_failed``."""
         return self.cfg.strategy.name
