@@ -74,7 +74,9 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
         cur = _Round()
         if fed.round < total:
             fed.begin_round(fed.round + 1)
-        return stop
+        # the last step ends the run even inside a message: a cohort's remaining replies (or the
+        # rest of a pull) would otherwise step again, past num-server-rounds
+        return stop or fed.round >= total
 
     while fed.round < total:
         busy = {nm.supernode(nodes[0]) for nodes, _, _ in inflight.values()}

@@ -76,3 +76,14 @@ def test_fedbuff_dispatches_idle_nodes_in_cohorts(flower: LocalFlower, tmp_path:
     assert len(rows) == 6 and all(len(r["nodes_trained"]) == 3 == len(r["staleness"]) for r in rows)
     assert any(t > 0 for r in rows for t in r["staleness"])
     assert not any(r["nodes_failed"] for r in rows)
+
+
+def test_fedasync_stops_at_its_last_step_inside_a_cohorts_replies(flower: LocalFlower, tmp_path: Path) -> None:
+    # FedAsync steps on every reply, and one message brings a cohort of 4: the 3rd step is the
+    # last, and the cohort's 4th reply must not make a 4th (it did: 241 steps of 240).
+    res = flower.run(REPO, "strategy.name='fedasync' nodes.cohort-size=4 num-server-rounds=3 algo.local-steps=256 "
+                           f"eval.every=0 eval.episodes=1 output-dir='{tmp_path}' run-name='mix'")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "mix" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    assert json.loads((tmp_path / "mix" / "summary.json").read_text())["rounds_completed"] == 3
