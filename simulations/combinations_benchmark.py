@@ -42,6 +42,10 @@ TARGET = 475.0
 # updates, half a round of 8: 60 steps are 30 rounds' worth; FedAsync's 240 steps too.
 EVERY = "eval.every=5"  # a default: a combination's own eval.every wins
 BUFFERED = "num-server-rounds=60 eval.every=6"
+# The mirror-symmetric policy (docs/privacy.md, "Mirror-symmetric policies"; it needs uncentred
+# statistics): where the kept model is mostly one node's update, or carries DP noise, it can learn
+# to drive the cart off one side, which the mirror rules out.
+MIRROR = "algo.mirror=true algo.norm-obs-center=false"
 
 
 def _preset(name: str) -> str:
@@ -57,10 +61,15 @@ COMBINATIONS: dict[str, tuple[int, str]] = {
                                     f"compression.up='quantize' {BUFFERED}")),
     "fedbuff x topk 10% + EF": (8, ("strategy.name='fedbuff' strategy.buffer=4 nodes.speed='linspace(1, 2)' "
                                    f"compression.up='topk' compression.fraction=0.1 {BUFFERED}")),
-    "fedasync x quantize 8-bit": (8, ("strategy.name='fedasync' nodes.speed='linspace(1, 2)' "
-                                     "compression.up='quantize' num-server-rounds=240 eval.every=24")),
-    "fedasync x topk 10% + EF": (8, ("strategy.name='fedasync' nodes.speed='linspace(1, 2)' compression.up='topk' "
-                                    "compression.fraction=0.1 num-server-rounds=240 eval.every=24")),
+    # FedAsync's model is mostly the last node's (x += 0.6 s(tau) (x_i - x)), so the model it keeps
+    # is the average of its last ones (strategy.ema), with the mirror; without both it missed a
+    # variant on 5 of 12 runs (README, "Combinations (issue 18)")
+    "fedasync x quantize 8-bit x mirror x ema 0.9": (8, (
+        "strategy.name='fedasync' nodes.speed='linspace(1, 2)' compression.up='quantize' num-server-rounds=240 "
+        f"eval.every=24 strategy.ema=0.9 {MIRROR}")),
+    "fedasync x topk 10% + EF x mirror x ema 0.9": (8, (
+        "strategy.name='fedasync' nodes.speed='linspace(1, 2)' compression.up='topk' compression.fraction=0.1 "
+        f"num-server-rounds=240 eval.every=24 strategy.ema=0.9 {MIRROR}")),
     "gossip x CHOCO 8-bit": (8, "topology.name='gossip' topology.graph='exponential' compression.up='quantize'"),
     "gossip x CHOCO topk 10%": (8, ("topology.name='gossip' topology.graph='ring' compression.up='topk' "
                                    "compression.fraction=0.1 topology.consensus-step=0.3")),
@@ -74,9 +83,9 @@ COMBINATIONS: dict[str, tuple[int, str]] = {
     "gossip x CHOCO 8-bit x local DP z=0.003": (8, (
         "topology.name='gossip' topology.graph='exponential' compression.up='quantize' privacy.mode='local' "
         "privacy.noise-multiplier=0.003 privacy.clip-norm=1.0")),
-    "fedbuff x quantize 8-bit x central DP z=0.01": (8, (
+    "fedbuff x quantize 8-bit x central DP z=0.01 x mirror": (8, (
         "strategy.name='fedbuff' strategy.buffer=4 nodes.speed='linspace(1, 2)' compression.up='quantize' "
-        f"{BUFFERED} privacy.mode='central' privacy.noise-multiplier=0.01 privacy.clip-norm=1.0")),
+        f"{BUFFERED} privacy.mode='central' privacy.noise-multiplier=0.01 privacy.clip-norm=1.0 {MIRROR}")),
     # at ε <= 8 with a crowd: the presets (each file says why its settings)
     "fedbuff x quantize 8-bit x central DP (1000 nodes)": (2, _preset("cartpole_1000_fedbuff.toml")),
     "hierarchical x secagg 8-bit x DP at the edge (2000 nodes)": (2, _preset("cartpole_2000_hierarchical.toml")),

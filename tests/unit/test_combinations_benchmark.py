@@ -30,5 +30,7 @@ def test_a_combination_passes_the_checks_and_says_what_it_composes(name: str) ->
         assert cfg.secagg.enabled
     if "DP" in name:
         assert cfg.privacy.mode != "off"
+    assert cfg.algo.mirror == ("mirror" in name or "nodes)" in name)  # the crowd presets use it too
+    assert (cfg.strategy.ema > 0) == ("ema" in name)
     if "(1000 nodes)" in name or "(2000 nodes)" in name:  # the crowd rows: their presets, at ε <= 8
         assert supernodes == 2 and cfg.privacy.target_epsilon <= 8 and cfg.nodes.cohort_size > 1
