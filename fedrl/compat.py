@@ -63,9 +63,8 @@ def setting(name: str, key: str, *values: Any, requires: tuple[Rule, ...] = (),
     return Feature(name, key, when, lambda cfg: value(cfg, key) in values, requires, excludes)
 
 
-def conflict(cfg: Config, features: Iterable[Feature], only: str | None = None) -> ConfigError | None:
-    """The first rule of an active feature that ``cfg`` breaks, as the error to raise, or None
-    (``only``: check that feature's rules alone).
+def conflict(cfg: Config, features: Iterable[Feature]) -> ConfigError | None:
+    """The first rule of an active feature that ``cfg`` breaks, as the error to raise, or None.
 
     Each feature's ``active`` runs at most once, and only when a rule asks about it (one of them
     builds an environment to learn whether its actions are continuous).
@@ -79,7 +78,7 @@ def conflict(cfg: Config, features: Iterable[Feature], only: str | None = None) 
             seen[name] = by_name[name].active(cfg)
         return seen[name]
 
-    for feature in declared if only is None else [by_name[only]]:
+    for feature in declared:
         if not (feature.requires or feature.excludes) or not on(feature.name):
             continue
         for rule in feature.requires:

@@ -198,29 +198,26 @@ def _resolve_norm_obs(cfg: Config) -> Config:
     normalization with federated statistics, with the annealed server step, kept heterogeneous
     CartPole solved; docs/stability.md). Where nodes cannot send them (secure aggregation,
     client-level DP) or a hierarchy cannot merge them yet, it becomes ``server`` (statistics of the
-    server's own rollouts, ``fedrl.rl.obs_stats``) wherever that feature's rules allow it (one model
-    the run stands for: the star or the hierarchy, without DP-SGD or ``strategy.name = local``;
-    ``fedrl.features.settings``). Without
+    server's own rollouts, ``fedrl.rl.obs_stats``) wherever there is one model the run stands for:
+    PPO on the star or the hierarchy, without DP-SGD or ``strategy.name = local``. Without
     normalization those runs lost what issue 13 gained: heterogeneous CartPole under a hierarchy
     with secure aggregation solved seed 1 by round 15 and fell to a worst variant of 281 by round 30,
     and stayed solved with server statistics (docs/secure_aggregation.md). Elsewhere (gossip,
     DP-SGD) ``auto`` keeps its older meaning (on for continuous actions, which those features then
     refuse with a message to set it off). The resolved value is what ``config.json`` records, so an
     exported model reads it back exactly."""
-    p = cfg.privacy
+    p, t = cfg.privacy, cfg.topology.name
     if cfg.algo.norm_obs == "auto" and cfg.algo.name in REPLAY_LEARNERS:
         # Replay learners: statistics that move while old transitions are replayed destabilized SAC
         # on Pendulum (critic loss 3 -> 2,400 in 10k steps; returns -1,360 against -80 without).
         return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, norm_obs="off"))
     if cfg.algo.norm_obs != "auto":
         return cfg
-    if not (cfg.secagg.enabled or p.mode != "off" or p.dpsgd or cfg.topology.name != "star"):
+    if not (cfg.secagg.enabled or p.mode != "off" or p.dpsgd or t != "star"):
         return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, norm_obs="on"))
-    from fedrl.compat import conflict  # here: the feature table imports this module
-    from fedrl.features import FEATURES
-
-    server = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, norm_obs="server"))
-    return server if conflict(server, FEATURES, only="norm-obs-server") is None else cfg
+    if t in ("star", "hierarchical") and cfg.algo.name == "ppo" and not p.dpsgd and cfg.strategy.name != "local":
+        return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, norm_obs="server"))
+    return cfg
 
 
 def to_flat(cfg: Config) -> dict[str, Any]:

@@ -300,6 +300,17 @@ def test_a_plain_run_name_is_kept() -> None:
 ])
 def test_norm_obs_auto_is_on_where_statistics_can_travel(over: dict[str, object], resolved: str) -> None:
     assert from_run_config(over).algo.norm_obs == resolved
+    if resolved in ("server", "auto") and "algo.norm-obs" not in over:
+        # config restates the norm-obs-server feature's rules (fedrl.features.settings imports
+        # config, so config cannot ask them): auto is server exactly where server passes the checks
+        try:
+            valid = {"compression.up": "quantize"} if over.get("secagg.enabled") else {}  # what else they need
+            valid |= {"privacy.noise-multiplier": 1.0} if "privacy.mode" in over else {}
+            check({**over, **valid, "algo.norm-obs": "server"})
+        except ConfigError as err:
+            assert resolved == "auto" and err.key == "algo.norm-obs", err
+        else:
+            assert resolved == "server"
 
 
 def test_pyproject_config_table_is_the_one_rendered_from_the_schema() -> None:
