@@ -46,6 +46,8 @@ BUFFERED = "num-server-rounds=60 eval.every=6"
 # statistics): where the kept model is mostly one node's update, or carries DP noise, it can learn
 # to drive the cart off one side, which the mirror rules out.
 MIRROR = "algo.mirror=true algo.norm-obs-center=false"
+MIXED = ("strategy.name='fedasync' nodes.speed='linspace(1, 2)' num-server-rounds=240 eval.every=24 "
+         f"strategy.ema=0.9 {MIRROR}")
 
 
 def _preset(name: str) -> str:
@@ -64,12 +66,8 @@ COMBINATIONS: dict[str, tuple[int, str]] = {
     # FedAsync's model is mostly the last node's (x += 0.6 s(tau) (x_i - x)), so the model it keeps
     # is the average of its last ones (strategy.ema), with the mirror; without both it missed a
     # variant on 5 of 12 runs (README, "Combinations (issue 18)")
-    "fedasync x quantize 8-bit x mirror x ema 0.9": (8, (
-        "strategy.name='fedasync' nodes.speed='linspace(1, 2)' compression.up='quantize' num-server-rounds=240 "
-        f"eval.every=24 strategy.ema=0.9 {MIRROR}")),
-    "fedasync x topk 10% + EF x mirror x ema 0.9": (8, (
-        "strategy.name='fedasync' nodes.speed='linspace(1, 2)' compression.up='topk' compression.fraction=0.1 "
-        f"num-server-rounds=240 eval.every=24 strategy.ema=0.9 {MIRROR}")),
+    "fedasync x quantize 8-bit x mirror x ema 0.9": (8, f"{MIXED} compression.up='quantize'"),
+    "fedasync x topk 10% + EF x mirror x ema 0.9": (8, f"{MIXED} compression.up='topk' compression.fraction=0.1"),
     "gossip x CHOCO 8-bit": (8, "topology.name='gossip' topology.graph='exponential' compression.up='quantize'"),
     "gossip x CHOCO topk 10%": (8, ("topology.name='gossip' topology.graph='ring' compression.up='topk' "
                                    "compression.fraction=0.1 topology.consensus-step=0.3")),

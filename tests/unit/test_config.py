@@ -303,9 +303,9 @@ def test_norm_obs_auto_is_on_where_statistics_can_travel(over: dict[str, object]
     if resolved in ("server", "auto") and "algo.norm-obs" not in over:
         # config restates the norm-obs-server feature's rules (fedrl.features.settings imports
         # config, so config cannot ask them): auto is server exactly where server passes the checks
+        valid = {"compression.up": "quantize"} if over.get("secagg.enabled") else {}  # what else they need
+        valid |= {"privacy.noise-multiplier": 1.0} if "privacy.mode" in over else {}
         try:
-            valid = {"compression.up": "quantize"} if over.get("secagg.enabled") else {}  # what else they need
-            valid |= {"privacy.noise-multiplier": 1.0} if "privacy.mode" in over else {}
             check({**over, **valid, "algo.norm-obs": "server"})
         except ConfigError as err:
             assert resolved == "auto" and err.key == "algo.norm-obs", err
