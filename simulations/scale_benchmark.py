@@ -9,7 +9,9 @@ second over the training rounds (the last round, which also evaluates every vari
 out), median seconds per round, and the peak resident memory of every process of the run
 (SuperLink, SuperExec, Ray workers), sampled every 0.2 s. A CleanRL-style single PPO learner
 (one node's ``train_locally`` on Gymnasium's own vector env, in this process) gives the
-yardstick of env steps per second on this machine.
+yardstick of env steps per second on this machine. The compute ceiling: a cohort of 50 nodes
+trained in this process on one thread (``Algorithm.train_cohort``: no Flower, no Ray, no server
+and no evaluation), times the CPUs the SuperNodes run on; no end-to-end run can pass it.
 
     python simulations/scale_benchmark.py                      # 8, 100 and 1,000 nodes, 1 repetition
     python simulations/scale_benchmark.py --scales 8,100 --reps 2
@@ -117,6 +119,41 @@ def cleanrl_steps_per_s(rounds: int = 6) -> float:
     return steps / (time.perf_counter() - t0)
 
 
+def cohort_ceiling_steps_per_s(k: int = 50, rounds: int = 4) -> float:
+    """One thread training a cohort of ``k`` heterogeneous CartPole nodes in this process, as one
+    SuperNode of the 1,000-node case does in a round (default PPO, ``algo.local-steps = 1024``)."""
+    import torch
+
+    from fedrl.algorithms.base import CohortMember
+    from fedrl.algorithms.registry import get as algorithm
+    from fedrl.config import from_run_config
+    from fedrl.envs.spec import parse_vary, sample_variant
+    from fedrl.experiment import initial_weights, policy_spec
+    from fedrl.wire import LocalPlan, NodeState
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        vary = COMMON.split("env.vary='")[1].split("'")[0]
+        cfg = from_run_config({"env.vary": vary, "nodes.count": k, "algo.local-steps": 1024,
+                               "num-server-rounds": rounds})
+        variants = [sample_variant(parse_vary(cfg.env.vary), i, k, cfg.seed) for i in range(k)]
+        spec = policy_spec(cfg, variants[0])
+        weights = [initial_weights(spec, cfg.seed)] * k
+        states = [NodeState.empty()] * k
+        steps = 0
+        t0 = time.perf_counter()
+        for rnd in range(1, rounds + 1):
+            members = [CohortMember(weights[i], LocalPlan(i, rnd, rounds, cfg.seed, 0.0, None), states[i],
+                                    variants[i]) for i in range(k)]
+            res = algorithm("ppo").train_cohort(cfg, spec, members, {})
+            weights, states = [r.weights for r in res], [r.state for r in res]
+            steps += sum(r.env_steps for r in res)
+        return steps / (time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(before)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scales", default="8,100,1000", help="comma-separated: 8, 100, 1000")
@@ -138,10 +175,13 @@ def main() -> int:
     flower = Flower(Path(tempfile.mkdtemp()) / "flwr-home")
     results: list[dict] = []
     yardstick: list[float] = []
+    ceiling: list[float] = []
     try:
         for rep in range(args.reps):
             yardstick.append(cleanrl_steps_per_s())
             print(f"rep {rep}: CleanRL-style PPO {yardstick[-1]:,.0f} env steps/s", flush=True)
+            ceiling.append(cohort_ceiling_steps_per_s())
+            print(f"rep {rep}: a cohort of 50 in-process on one thread {ceiling[-1]:,.0f} env steps/s", flush=True)
             for scale in scales:
                 for path in paths:
                     r = run_one(scale, path, args.rounds, rep, args.out, flower, args.cpus)
@@ -150,9 +190,13 @@ def main() -> int:
                           f"{r['s_per_round']:6.1f} s/round, peak {r['peak_rss_gb']:.2f} GB", flush=True)
     finally:
         flower.stop()
-    (args.out / "scale.json").write_text(json.dumps({"runs": results, "cleanrl": yardstick}, indent=1))
-    clean = statistics.median(yardstick)
+    (args.out / "scale.json").write_text(json.dumps({"runs": results, "cleanrl": yardstick,
+                                                         "cohort_one_thread": ceiling}, indent=1))
+    clean, one = statistics.median(yardstick), statistics.median(ceiling)
     print(f"\nCleanRL-style single PPO learner: {clean:,.0f} env steps/s (median of {len(yardstick)})")
+    print(f"Compute ceiling: a cohort of 50 in-process on one thread {one:,.0f} env steps/s (median of "
+          f"{len(ceiling)}), x {2 * args.cpus} CPUs for the 2 SuperNodes = {2 * args.cpus * one:,.0f} "
+          f"= {2 * args.cpus * one / clean:.1f}x CleanRL (40x CleanRL would be {40 * clean:,.0f})")
     print(f"{'nodes':>6} {'path':>9} {'steps/s':>9} {'s/round':>8} {'peak GB':>8} {'x per-node':>10} {'x CleanRL':>9}")
     for scale in scales:
         med = {p: {k: statistics.median(r[k] for r in results if r["scale"] == scale and r["path"] == p)
