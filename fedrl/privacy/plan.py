@@ -57,11 +57,15 @@ class PrivacyPlan:
         z on a sum of sensitivity ``clip_at(rnd)`` (plus ``ring_slack``): the same ε."""
         return linear(self.clip, self.clip_end, rnd, self.rounds)
 
+    def sensitivity_at(self, clip: float) -> float:
+        """How far one node clipped at ``clip`` can move the released sum at most (L2): the clip
+        norm, plus under secure aggregation the rounding of its quantized codes (``ring_slack``)."""
+        return clip + self.ring_slack
+
     @property
     def sensitivity(self) -> float:
-        """How far one node can move the released sum at most (L2): the clip norm, plus under
-        secure aggregation the rounding of its quantized codes (``ring_slack``)."""
-        return self.clip + self.ring_slack
+        """``sensitivity_at`` the first round's clip norm."""
+        return self.sensitivity_at(self.clip)
 
     def new_ledger(self) -> Ledger | SkellamLedger:
         """An empty ledger of the run's mechanism (Gaussian: Opacus; distributed: Skellam RDP)."""

@@ -96,14 +96,14 @@ class ServerPrivacy:
     def secure_mean(self, total: np.ndarray, selected: float, account: bool = True) -> np.ndarray:
         """Central DP under secure aggregation: the unmasked sum of the nodes' clipped, quantized
         updates (each weighs 1) plus N(0, (z S)^2), ``S`` = clip norm + quantization slack
-        (``PrivacyPlan.sensitivity``, at this round's clip norm), divided by the nodes selected; one ledger step unless
+        (``PrivacyPlan.sensitivity_at`` this round's clip norm), divided by the nodes selected; one ledger step unless
         ``account`` is False (a round releasing several disjoint sums, one per edge, accounts once
         with ``account()``). The nodes' own clipping is trusted here: the server cannot see an
         update to clip it again."""
         p = self.plan
         out = np.asarray(total, np.float64)
         if not p.no_noise:
-            out = out + gaussian(self.n_params, p.z * (self.clip + p.ring_slack), self._noise_rng)
+            out = out + gaussian(self.n_params, p.z * p.sensitivity_at(self.clip), self._noise_rng)
         if account:
             self.account()
         return np.asarray(out / max(selected, 1), np.float32)

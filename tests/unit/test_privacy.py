@@ -146,6 +146,7 @@ def test_central_dp_under_secure_aggregation_counts_the_rounding_in_the_sensitiv
     assert plan is not None and plan.mode == "central"
     assert plan.ring_slack == pytest.approx(2 * 0.05 * math.sqrt(9155) / 255, rel=1e-12)
     assert plan.sensitivity == pytest.approx(1.0 + plan.ring_slack, rel=1e-12)
+    assert plan.sensitivity_at(0.25) == 0.25 + plan.ring_slack  # an annealed round's clip, the same slack
     assert f"sensitivity {plan.sensitivity:.4g}" in plan.line(10)
     plain = _plan(**{"privacy.mode": "central", "privacy.noise-multiplier": 1.0})
     assert plain is not None and plain.ring_slack == 0.0 and plain.sensitivity == plain.clip
