@@ -53,6 +53,10 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
     n, total = cfg.nodes.count, cfg.num_server_rounds
     limit = cfg.strategy.concurrency or n
     assert fed.asyn is not None
+    if fed.round < total and (spent := budget_stop(fed, fed.round + 1)) is not None:
+        log.warning(spent)  # a resumed DP-FedBuff run that had spent its budget: no further release
+        print(spent, flush=True)
+        return
     inflight: dict[str, tuple[list[int], int, float]] = {}  # message id -> (nodes, version, sent at)
     trained_from: dict[int, int] = {}  # node -> the version it was last sent
     last_sent = dict.fromkeys(range(n), 0.0)
@@ -136,6 +140,8 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
                 for node in nodes:
                     fed.asyn.versions.release(version)
                     cur.failed[node] = "no reply before round.timeout-s"
-                    trained_from.pop(node, None)  # may be sent work again
+                    # trained_from keeps this version: the node gets work again once the model
+                    # moves on, and a dead node cannot keep the buffer from its partial flush
+                    # when every other node has answered (it would be re-sent forever otherwise)
                     log.warning("round %d: node %d left out: no reply before round.timeout-s", fed.round + 1, node)
         time.sleep(_POLL_S)

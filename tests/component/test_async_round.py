@@ -176,3 +176,25 @@ def test_fedasync_refuses_dp_and_names_dp_fedbuff() -> None:
     with pytest.raises(ConfigError) as err:
         check({**DP_BUFF, "strategy.name": "fedasync"})
     assert str(err.value).endswith("use strategy.name = fedbuff (DP-FedBuff)")
+
+
+def test_a_resumed_dp_fedbuff_run_that_spent_its_budget_releases_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The asynchronous loop asks the budget before its first step, as the synchronous one does
+    before every round: a run resumed with its budget spent ends before sending anything (it made
+    one more noised release, to ε 7.1 of a target of 5). The grid is never reached, so none is given."""
+    import time
+
+    from fedrl.flower.async_loop import run_async
+    from fedrl.flower.transport import NodeMap
+    from fedrl.results import RunFolder
+
+    fed = Federation(from_run_config({**SMALL, "strategy.name": "fedbuff", "strategy.buffer": 4, "num-server-rounds": 6,
+                                      "privacy.mode": "central", "privacy.noise-multiplier": 1.0,
+                                      "privacy.clip-norm": 0.5, "privacy.target-epsilon": 5.0}))
+    assert fed.dp is not None
+    fed.dp.account()  # one server step, as the checkpoint restores it: ε 4.73, a second would pass 5
+    fed.round = 1
+    spent = fed.epsilon()
+    assert spent is not None and spent < 5.0 and not fed.budget_allows_next_round()
+    run_async(None, fed, NodeMap([1, 2]), RunFolder(tmp_path / "run"), time.time())  # type: ignore[arg-type]
+    assert fed.round == 1 and fed.epsilon() == spent

@@ -55,3 +55,17 @@ def test_one_hostile_node_per_kind_is_left_out_and_the_honest_nodes_solve(flower
     with np.load(folder / "model.npz", allow_pickle=False) as z:
         assert all(np.all(np.isfinite(z[k])) for k in z.files)
     assert summary["solved"] and min(summary["eval"][n]["mean_return"] for n in honest) >= 475, summary["eval"]
+
+
+def test_a_node_that_never_answers_in_time_does_not_stall_fedbuff(flower: LocalFlower, tmp_path: Path) -> None:
+    """FedBuff with a buffer of every node (4) and node 3 far slower than round.timeout-s: once the
+    other three have answered and node 3's message timed out, the buffer steps with three updates.
+    (It stalled: the timed-out node was sent the same version again, forever.) One step: the
+    simulated SuperNodes share one Ray actor here, which node 3's sleep then holds."""
+    res = flower.run(REPO, "strategy.name='fedbuff' strategy.buffer=4 nodes.count=4 nodes.speed='1,1,1,500' "
+                           "round.timeout-s=8 num-server-rounds=1 algo.local-steps=256 eval.every=0 eval.episodes=1 "
+                           f"output-dir='{tmp_path}' run-name='dead'", supernodes=4, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "dead" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1] and sorted(rows[0]["nodes_trained"]) == [0, 1, 2], rows
+    assert list(rows[0]["nodes_failed"]) == ["3"] and "round.timeout-s" in rows[0]["nodes_failed"]["3"], rows
