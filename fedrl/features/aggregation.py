@@ -72,6 +72,11 @@ AGGREGATION = (
         _unless("gossip", _GOSSIP_CLEAR, ("norm-obs",), "algo.norm-obs"),
     )),
     setting("hierarchical", "topology.name", "hierarchical", excludes=(
+        Rule(("norm-obs",), "algo.norm-obs", "the nodes' own statistics are not merged across edges and cloud "
+             "(algo.norm-obs = server keeps the cloud model's)",
+             lambda cfg: "topology.name = hierarchical does not merge the nodes' own observation statistics across "
+                         "edges and cloud; use algo.norm-obs = server (statistics of the cloud model, no node data) "
+                         "or off"),
         Rule(_BEYOND_FEDPROX, "strategy.name", "edges and cloud average (FedAvg with strategy.server-lr)",
              lambda cfg: f"topology.name = hierarchical with strategy.name = {cfg.strategy.name}: edges and cloud "
                          "average (FedAvg with strategy.server-lr); use fedavg or fedprox"),

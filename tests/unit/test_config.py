@@ -313,6 +313,17 @@ def test_norm_obs_auto_is_on_where_statistics_can_travel(over: dict[str, object]
             assert resolved == "server"
 
 
+def test_a_hierarchy_refuses_node_statistics_it_would_not_merge() -> None:
+    # the hierarchical rule averages models per edge and at the cloud but never merged the nodes'
+    # moments: with algo.norm-obs = on every node normalized with one round's observations only, and
+    # evaluation used none. server (the default there) and off are the settings that work.
+    with pytest.raises(ConfigError) as err:
+        check({"topology.name": "hierarchical", "algo.norm-obs": "on"})
+    assert err.value.key == "algo.norm-obs" and "algo.norm-obs = server" in str(err.value)
+    assert check({"topology.name": "hierarchical"}).algo.norm_obs == "server"
+    assert check({"topology.name": "hierarchical", "algo.norm-obs": "off"}).algo.norm_obs == "off"
+
+
 def test_pyproject_config_table_is_the_one_rendered_from_the_schema() -> None:
     # help texts and defaults are written once, in fedrl.config; the table is generated from it
     from fedrl.config_toml import render, table_in, toml_value
