@@ -58,13 +58,11 @@ class PrivacyPlan:
         return linear(self.clip, self.clip_end, rnd, self.rounds)
 
     def sensitivity_at(self, clip: float) -> float:
-        """How far one node clipped at ``clip`` can move the released sum at most (L2): the clip
-        norm, plus under secure aggregation the rounding of its quantized codes (``ring_slack``)."""
+        """How far (L2) one node clipped at ``clip`` can move the released sum: + its codes' rounding under secagg."""
         return clip + self.ring_slack
 
     @property
-    def sensitivity(self) -> float:
-        """``sensitivity_at`` the first round's clip norm."""
+    def sensitivity(self) -> float:  # at the first round's clip norm
         return self.sensitivity_at(self.clip)
 
     def new_ledger(self) -> Ledger | SkellamLedger:
