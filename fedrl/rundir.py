@@ -140,6 +140,15 @@ def budget_stop(fed: Federation, rnd: int) -> str | None:
             f"(δ = {fed.privacy.delta:g}); stopping after round {rnd - 1} with its model and results")
 
 
+def stops_for_budget(fed: Federation, rnd: int) -> bool:
+    """``budget_stop``, said in the log and on the console when the run must stop."""
+    if (why := budget_stop(fed, rnd)) is None:
+        return False
+    log.warning(why)
+    print(why, flush=True)
+    return True
+
+
 def model_arrays(fed: Federation) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
     """What ``model.npz`` and ``best_model.npz`` hold: the server model's weights, and the extra
     arrays (observation statistics; every node's model as ``node{i}/<name>`` for local and gossip)."""

@@ -38,8 +38,8 @@ SCALES = {
     "100": ("nodes.count=100", 50),
     "1000": ("nodes.count=1000 fraction-train=0.1", 100),
 }
-COMMON = ("env.vary='length=uniform(0.3, 1.5); masscart=uniform(0.5, 2.0)' algo.local-steps=1024 eval.every=0 "
-          "eval.episodes=1 nodes.wait-s=300")
+VARY = "length=uniform(0.3, 1.5); masscart=uniform(0.5, 2.0)"
+COMMON = f"env.vary='{VARY}' algo.local-steps=1024 eval.every=0 eval.episodes=1 nodes.wait-s=300"
 
 
 def _rss_of_run(home: str) -> int:
@@ -134,8 +134,7 @@ def cohort_ceiling_steps_per_s(k: int = 50, rounds: int = 4) -> float:
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        vary = COMMON.split("env.vary='")[1].split("'")[0]
-        cfg = from_run_config({"env.vary": vary, "nodes.count": k, "algo.local-steps": 1024,
+        cfg = from_run_config({"env.vary": VARY, "nodes.count": k, "algo.local-steps": 1024,
                                "num-server-rounds": rounds})
         variants = [sample_variant(parse_vary(cfg.env.vary), i, k, cfg.seed) for i in range(k)]
         spec = policy_spec(cfg, variants[0])

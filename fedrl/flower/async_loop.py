@@ -27,7 +27,7 @@ from fedrl.flower import codec
 from fedrl.flower.cohort_codec import content_of
 from fedrl.flower.transport import NodeMap, check_reply, split_answers
 from fedrl.results import RunFolder
-from fedrl.rundir import budget_stop, end_round
+from fedrl.rundir import end_round, stops_for_budget
 
 log = logging.getLogger("fedrl")
 _POLL_S = 0.02
@@ -53,10 +53,8 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
     n, total = cfg.nodes.count, cfg.num_server_rounds
     limit = cfg.strategy.concurrency or n
     assert fed.asyn is not None
-    if fed.round < total and (spent := budget_stop(fed, fed.round + 1)) is not None:
-        log.warning(spent)  # a resumed DP-FedBuff run that had spent its budget: no further release
-        print(spent, flush=True)
-        return
+    if fed.round < total and stops_for_budget(fed, fed.round + 1):
+        return  # a resumed DP-FedBuff run that had spent its budget: no further release
     inflight: dict[str, tuple[list[int], int, float]] = {}  # message id -> (nodes, version, sent at)
     trained_from: dict[int, int] = {}  # node -> the version it was last sent
     last_sent = dict.fromkeys(range(n), 0.0)
@@ -71,10 +69,8 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
         if fed.privacy is not None:  # DP-FedBuff: what the steps so far have spent
             fields |= {"epsilon": fed.epsilon(), "delta": fed.privacy.delta, "clip_norm": fed.clip}
         stop = end_round(fed, folder, started, cur.started, fields)
-        if not stop and fed.round < total and (msg := budget_stop(fed, fed.round + 1)) is not None:
-            log.warning(msg)  # DP-FedBuff: the next server step would spend more than the budget
-            print(msg, flush=True)
-            stop = True
+        if not stop and fed.round < total and stops_for_budget(fed, fed.round + 1):
+            stop = True  # DP-FedBuff: the next server step would spend more than the budget
         cur = _Round()
         if fed.round < total:
             fed.begin_round(fed.round + 1)

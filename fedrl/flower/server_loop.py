@@ -25,7 +25,7 @@ from fedrl.flower.secure_round import KeysAhead, secure_round
 from fedrl.flower.transport import NodeMap, check_reply, discover, exchange, reap_late, rejoin
 from fedrl.privacy.node import dpsgd_field
 from fedrl.results import RunFolder
-from fedrl.rundir import budget_stop, end_round, finish, resolve_run_folder
+from fedrl.rundir import end_round, finish, resolve_run_folder, stops_for_budget
 from fedrl.wire import Reply
 
 log = logging.getLogger("fedrl")
@@ -102,9 +102,7 @@ def _run_rounds(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, sta
     cfg = fed.cfg
     ahead = KeysAhead()  # public keys nodes made for their next secure session
     for rnd in range(fed.round + 1, cfg.num_server_rounds + 1):
-        if (msg := budget_stop(fed, rnd)) is not None:
-            log.warning(msg)
-            print(msg, flush=True)
+        if stops_for_budget(fed, rnd):
             break
         t0 = time.time()
         clip = fed.clip  # this round's; adaptive clipping moves it during aggregation
