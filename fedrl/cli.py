@@ -93,11 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "check" and "--list" in rest:
         from fedrl.compat import table
         from fedrl.features import FEATURES
+        from fedrl.features.components import declarations_table
 
         for k, v in DEFAULTS.items():
             print(f"{k:<24} {v!r:<28} {HELP[k]}")
         print()
         print("\n".join(table(FEATURES)))
+        print()
+        print("\n".join(declarations_table()))
         return 0
     if cmd == "export":
         return _export(rest)

@@ -20,7 +20,6 @@ from typing import Any, Literal, get_args, get_type_hints
 from fedrl import config_checks as ck
 from fedrl.config_checks import Check
 from fedrl.config_features import (
-    COMPRESSOR_NAMES,
     SERVER_LR_END,
     CompressionConfig,
     PrivacyConfig,
@@ -45,7 +44,7 @@ from fedrl.config_sections import (
 )
 from fedrl.errors import ConfigError
 
-__all__ = ["COMPRESSOR_NAMES", "SERVER_LR_END", "AlgoConfig", "AttackConfig", "CompressionConfig", "Config", "DQNConfig",
+__all__ = ["SERVER_LR_END", "AlgoConfig", "AttackConfig", "CompressionConfig", "Config", "DQNConfig",
            "EnvConfig", "EvalConfig", "LogConfig", "NodesConfig", "PPOConfig", "PrivacyConfig", "RoundConfig", "SACConfig", "SecAggConfig",
            "SelectionConfig", "StrategyConfig", "TopologyConfig", "from_run_config", "node_statistics_travel",
            "norm_on", "to_flat"]

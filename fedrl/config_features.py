@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fedrl import config_checks as ck
+from fedrl.compression.compressors import check_down, check_up
 from fedrl.config_sections import opt
 from fedrl.rules.registry import check_name as check_rule
 
@@ -93,17 +94,14 @@ class TopologyConfig:
                                 ck.unit_open_closed)
 
 
-
-COMPRESSOR_NAMES = ("none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign", "powersgd")
-
-
 @dataclass(frozen=True)
 class CompressionConfig:
-    up: Literal["none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign", "powersgd"] = opt(
-        "compression.up", "none",
-        "uplink compressor: none (float32 weights), fp16, bf16, quantize, qsgd, topk, randk, sign, powersgd")
-    down: Literal["none", "fp16", "bf16", "quantize", "qsgd", "topk", "randk", "sign"] = opt("compression.down", "none",
-                           "downlink: none (full weights) or a compressor for the global-model delta")
+    up: str = opt("compression.up", "none",
+                  "uplink compressor: none (float32 weights), fp16, bf16, quantize, qsgd, topk, randk, sign, powersgd, "
+                  "or one registered in fedrl.compression.compressors", check_up)
+    down: str = opt("compression.down", "none",
+                    "downlink: none (full weights) or a compressor for the global-model delta (any but powersgd)",
+                    check_down)
     bits: int = opt("compression.bits", 8, "quantize: bits per coordinate", ck.bits)
     fraction: float = opt("compression.fraction", 0.01, "topk/randk: fraction of coordinates kept", ck.unit_open_closed)
     levels: int = opt("compression.levels", 16, "qsgd: quantization levels s", ck.positive)

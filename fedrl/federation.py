@@ -33,6 +33,7 @@ from fedrl.compression.ef21 import ServerEF21
 from fedrl.compression.pipeline import decompress, flatten, stage, unflatten
 from fedrl.config import Config
 from fedrl.counters import Counters
+from fedrl.errors import ConfigError
 from fedrl.evaluation import Evaluation
 from fedrl.experiment import initial_weights, policy_spec, variants_of
 from fedrl.iterate_average import IterateAverage
@@ -73,6 +74,10 @@ class Federation:
         self.selector = Selector(cfg)
         rule = registry.build(RuleSetup(cfg, w0, self.spec.obs_dim if self.obs_on else None, self.variants,
                                         frozenset(attackers(cfg))))
+        if self.dp is not None and not (rule.privatizable or cfg.privacy.mode in rule.own_privacy):
+            # never a silent non-private run (fedrl.features.components refuses it before round 1 too)
+            raise ConfigError("strategy.name", f"{rule.label()} with privacy.mode = {cfg.privacy.mode}: "
+                                               f"{rule.not_privatizable}")
         self.rule: ServerRule = Private(rule, self.dp, self.dp_denominator) \
             if self.dp is not None and rule.privatizable else rule
         rule.use_privacy(self.dp, self.dp_denominator)  # rules that apply DP themselves (FedBuff, gossip, edges)

@@ -78,6 +78,10 @@ class Compressor(ABC):
     name: str = ""
     summable: bool = False
     unbiased: bool = False
+    # Why its payloads cannot feed a masked sum (secure aggregation, distributed DP's ring), in the
+    # words a refused run hears; "" for a summable compressor that can. The resolver in
+    # ``fedrl.features.components`` reads this with ``summable``.
+    unmaskable: str = ""
 
     @abstractmethod
     def encode(self, x: np.ndarray, rng: np.random.Generator) -> Compressed:

@@ -1,4 +1,10 @@
-"""The compressor registry: config names -> compressor objects."""
+"""The compressor registry: config names -> compressor objects.
+
+A plain dict, as the rule and algorithm registries: ``register`` adds a compressor from any module
+(a test file, a user's package imported before the run starts), and ``compression.up`` /
+``compression.down`` accept its name from then on. Each entry keeps the compressor's class, so the
+run's checks read what it declares (``summable``, ``unmaskable``) without building it.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from fedrl.compression.low_rank import PowerSGD
 from fedrl.compression.quantizers import QSGD, Quantize, SignCompressor
 from fedrl.compression.sparsifiers import RandK, TopK
 
-__all__ = ["BF16", "COMPRESSORS", "FP16", "QSGD", "SHAPED", "Compressed", "Compressor", "NoCompression", "PowerSGD",
+__all__ = ["BF16", "COMPRESSORS", "FP16", "KINDS", "QSGD", "SHAPED", "Compressed", "Compressor", "NoCompression", "PowerSGD",
            "Quantize", "RandK", "SignCompressor", "TopK", "make_compressor"]
 
 _Factory = Callable[[int, float, int, int], Compressor]
@@ -27,9 +33,43 @@ COMPRESSORS: dict[str, _Factory] = {
 }
 """Registry: name -> factory(bits, fraction, levels, chunk). Knobs a compressor does not use are ignored."""
 
+KINDS: dict[str, type[Compressor]] = {
+    "none": NoCompression, "fp16": FP16, "bf16": BF16, "quantize": Quantize, "qsgd": QSGD, "topk": TopK,
+    "randk": RandK, "sign": SignCompressor, "powersgd": PowerSGD}
+"""Every compressor's class (its declarations), by name; the shaped ones too."""
+_BUILTIN = frozenset(KINDS)
+
 SHAPED = ("powersgd",)
 """Compressors that need the model's tensor shapes (``make_compressor(..., shapes=)``), kept out of
 ``COMPRESSORS`` whose members compress any 1-D vector."""
+
+
+def register(name: str, kind: type[Compressor], factory: _Factory | None = None) -> None:
+    """Make ``compression.up = name`` (and ``compression.down``) use ``kind``, built by ``factory``
+    (default: ``kind()``). Re-registering a name replaces it; a built-in name cannot be replaced."""
+    if not name or not name.replace("-", "").isalnum():
+        raise ValueError(f"a compressor name is letters, digits and '-', got {name!r}")
+    if name in _BUILTIN:
+        raise ValueError(f"the built-in compressor {name} cannot be replaced")
+    KINDS[name] = kind
+    COMPRESSORS[name] = factory if factory is not None else (lambda bits, fraction, levels, chunk: kind())
+
+
+def unregister(name: str) -> None:
+    if name in _BUILTIN:
+        raise ValueError(f"the built-in compressor {name} cannot be unregistered")
+    KINDS.pop(name, None)
+    COMPRESSORS.pop(name, None)
+
+
+def check_up(value: object) -> str | None:
+    """A config check (``fedrl.config_checks``) for ``compression.up``: any registered compressor."""
+    return None if value in KINDS else f"allowed: {', '.join(KINDS)}"
+
+
+def check_down(value: object) -> str | None:
+    """A config check for ``compression.down``: a registered compressor of any 1-D vector."""
+    return None if value in COMPRESSORS else f"allowed: {', '.join(COMPRESSORS)}"
 
 
 def make_compressor(

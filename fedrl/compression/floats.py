@@ -35,6 +35,7 @@ class FP16(Compressor):
     """
 
     name = "fp16"
+    unmaskable = "floats cannot be masked in a ring; secure aggregation needs integer codes"
 
     def encode(self, x: np.ndarray, rng: np.random.Generator) -> Compressed:
         a = _as_update(x)
@@ -55,6 +56,7 @@ class BF16(Compressor):
     """
 
     name = "bf16"
+    unmaskable = "floats cannot be masked in a ring; secure aggregation needs integer codes"
 
     def encode(self, x: np.ndarray, rng: np.random.Generator) -> Compressed:
         a = _as_update(x)

@@ -74,6 +74,7 @@ class PowerSGD(Compressor):
     """Rank-``rank`` factors per weight matrix, warm-started (see the module doc)."""
 
     name = "powersgd"
+    unmaskable = ("each node sends its own low-rank factors, and a sum of factors is not the factors of a sum (not summable)")
     summable = False
     unbiased = False
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,8 +21,10 @@ from fedrl.compression.base import Compressed, Compressor
 from fedrl.compression.compressors import make_compressor
 from fedrl.compression.error_feedback import ErrorFeedback
 from fedrl.compression.low_rank import PowerSGD
-from fedrl.config import CompressionConfig
 from fedrl.seeding import COMPRESS, derive
+
+if TYPE_CHECKING:
+    from fedrl.config import CompressionConfig
 
 BIASED = ("topk", "sign", "powersgd")
 WARM_KEY = "powersgd.q"  # node state: the Q factors PowerSGD starts from next round

@@ -107,6 +107,7 @@ class QSGD(Compressor):
     """
 
     name = "qsgd"
+    unmaskable = "each node scales by its own norm, so the sum of codes decodes to nothing (not summable)"
     unbiased = True
 
     def __init__(self, levels: int = 16) -> None:
@@ -151,6 +152,7 @@ class SignCompressor(Compressor):
     """
 
     name = "sign"
+    unmaskable = "each node scales by its own mean magnitude, so the sum of signs is not summable"
 
     def encode(self, x: np.ndarray, rng: np.random.Generator) -> Compressed:
         a = _as_update(x)

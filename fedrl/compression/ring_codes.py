@@ -18,13 +18,16 @@ sum_i q_i`` with ``step = 2 * clip / L``. The ring must hold ``m * L`` without w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedrl.compression.packing import pack_bits, unpack_bits
 from fedrl.compression.quantizers import Quantize
-from fedrl.config import Config
 from fedrl.secagg.ring import required_bits
+
+if TYPE_CHECKING:
+    from fedrl.config import Config
 
 
 def required_ring_bits(code_bits: int, nodes: int) -> int:

@@ -42,6 +42,7 @@ class TopK(Compressor):
     """
 
     name = "topk"
+    unmaskable = "each node keeps different coordinates, so the sum of payloads is not summable"
 
     def __init__(self, fraction: float = 0.01) -> None:
         self.fraction = _check_fraction(fraction)
@@ -89,6 +90,7 @@ class RandK(Compressor):
     """
 
     name = "randk"
+    unmaskable = "random-k with secure aggregation is not implemented yet (only quantize is)"
     summable = True
     unbiased = True
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from fedrl.compat import Feature
 from fedrl.features.aggregation import AGGREGATION, SCHEDULE, STRATEGIES
+from fedrl.features.components import RULE_CAPABILITIES
 from fedrl.features.privacy import PRIVACY
 from fedrl.features.secure import SECURE
 from fedrl.features.settings import SETTINGS
 
-FEATURES: tuple[Feature, ...] = SECURE + SETTINGS + STRATEGIES + AGGREGATION + SCHEDULE + PRIVACY
+FEATURES: tuple[Feature, ...] = SECURE + SETTINGS + STRATEGIES + AGGREGATION + SCHEDULE + PRIVACY + RULE_CAPABILITIES
 
 __all__ = ["FEATURES"]

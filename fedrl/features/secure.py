@@ -5,6 +5,7 @@ from __future__ import annotations
 from fedrl.attacks import HOSTILE, kind_names
 from fedrl.compat import Feature, Rule, setting
 from fedrl.config import Config
+from fedrl.features.components import UNMASKABLE_UPLINK
 from fedrl.features.settings import NORM_OBS_ON
 
 # fedrl.dropout.SECAGG_STAGES, not imported: fedrl.dropout loads torch, and check --list need not (a test
@@ -20,19 +21,6 @@ def _attack_kinds(cfg: Config) -> set[str]:
     return set() if names == ["none"] or not attacks else set(names)
 
 
-def _unmaskable(up: str, why: str) -> Feature:
-    """An uplink compressor whose codes do not sum, so it can feed neither secure aggregation nor the
-    distributed-DP coding (which replaces the compressor)."""
-    return setting(f"up-{up}", "compression.up", up, excludes=(
-        Rule(("privacy-distributed",), "compression.up", "the DP coding (scaled, rounded, noised in the "
-             "secagg.bits ring) replaces the compressor",
-             lambda cfg: f"privacy.mode = distributed with compression.up = {up}: the DP coding (scaled, rounded, "
-                         "noised in the secagg.bits ring) replaces the compressor; use none or quantize"),
-        Rule(("secagg",), "compression.up", why,
-             lambda cfg: f"secagg.enabled = true with compression.up = {up}: {why}; use compression.up = quantize"),
-    ))
-
-
 def _hides_updates(features: tuple[str, ...], why: str) -> Rule:
     return Rule(features, "strategy.name", why,
                 lambda cfg: f"secagg.enabled = true with strategy.name = {cfg.strategy.name}: {why}")
@@ -43,14 +31,8 @@ SECURE = (
         ("secagg",), "nodes.dropout-stage", "those stages exist only in the secure-aggregation protocol",
         lambda cfg: f"'{cfg.nodes.dropout_stage}' is a secure-aggregation stage, but secagg.enabled = false; "
                     "use train or any"),)),
-    _unmaskable("fp16", "floats cannot be masked in a ring; secure aggregation needs integer codes"),
-    _unmaskable("bf16", "floats cannot be masked in a ring; secure aggregation needs integer codes"),
-    _unmaskable("qsgd", "each node scales by its own norm, so the sum of codes decodes to nothing (not summable)"),
-    _unmaskable("topk", "each node keeps different coordinates, so the sum of payloads is not summable"),
-    _unmaskable("sign", "each node scales by its own mean magnitude, so the sum of signs is not summable"),
-    _unmaskable("powersgd", "each node sends its own low-rank factors, and a sum of factors is not the factors of a "
-                            "sum (not summable)"),
-    _unmaskable("randk", "random-k with secure aggregation is not implemented yet (only quantize is)"),
+    UNMASKABLE_UPLINK,  # what each compressor declares (fedrl.features.components)
+    setting("up-topk", "compression.up", "topk"),
     setting("up-quantize", "compression.up", "quantize"),
     setting("secagg", "secagg.enabled", True, requires=(Rule(
         ("up-quantize", "privacy-distributed"), "compression.up",

@@ -26,6 +26,8 @@ Guard = Callable[[str, Callable[[], None]], None]
 
 
 class Asynchronous(ServerRule):
+    no_sums = "secure aggregation needs a round's nodes to finish together"
+
     def __init__(self, setup: RuleSetup) -> None:
         super().__init__(setup)
         self.state = AsyncState()
@@ -47,6 +49,8 @@ class Asynchronous(ServerRule):
 
 
 class FedAsync(Asynchronous):
+    not_privatizable = "each update moves the model on arrival, with no sum to noise (DP-FedBuff has one)"
+
     def receive(self, reply: Reply, version: int, base: Model, now: int, guard: Guard) -> list[tuple[int, int]]:
         s = self.cfg.strategy
         tau = now - version
@@ -75,6 +79,7 @@ class FedBuff(Asynchronous):
     visible."""
 
     privacy: ServerPrivacy | None = None
+    own_privacy = frozenset({"central", "local"})  # DP-FedBuff: each step is DP-FedAvg's mean of the buffer
 
     def use_privacy(self, privacy: ServerPrivacy | None, selected: Callable[[int], float]) -> None:
         self.privacy = privacy  # each server step divides by the buffer size, not by ``selected``

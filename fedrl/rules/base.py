@@ -86,6 +86,15 @@ class ServerRule(ABC):
     per_node: ClassVar[bool] = False  # one model per node, no global model (evaluated per node)
     accepts_sums: ClassVar[bool] = False  # can step with a securely aggregated mean (``step``)
     privatizable: ClassVar[bool] = False  # central DP can wrap it (its aggregate is a mean + ``step``)
+    own_privacy: ClassVar[frozenset[str]] = frozenset()  # privacy.mode values it applies itself (``use_privacy``)
+    # Why not, in the words a refused run hears (``fedrl.features.components`` checks the flags above
+    # before round 1): a rule that keeps the defaults is refused under DP and under secure aggregation.
+    not_privatizable: ClassVar[str] = (
+        "it does not declare privatizable = True (an aggregate that is a weighted mean stepped by ServerRule.step, "
+        "which central DP replaces by a noised mean), nor applies this privacy mode itself (own_privacy), so no "
+        "noise would be added and the reported epsilon would be false")
+    no_sums: ClassVar[str] = ("it does not declare accepts_sums = True: it needs each node's update, which masking "
+                              "hides")
 
     def __init__(self, setup: RuleSetup, slots: int = 1, optimizer: str = "fedavg") -> None:
         cfg = setup.cfg

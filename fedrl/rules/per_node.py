@@ -21,6 +21,8 @@ class Local(ServerRule):
     """No aggregation: a node's next model is exactly what it trained (no server step)."""
 
     per_node = True
+    not_privatizable = "there is no aggregate to protect"
+    no_sums = "keeps one model per node, so it needs each node's update, not their sum"
 
     def __init__(self, setup: RuleSetup) -> None:
         super().__init__(setup, slots=setup.cfg.nodes.count)
@@ -43,6 +45,8 @@ class Local(ServerRule):
 class Gossip(Local):
     """Decentralized averaging: what a node trains from is its own last model mixed with its
     neighbours' (Metropolis-Hastings weights); the run stands for the nodes' plain average."""
+
+    own_privacy = frozenset({"local"})  # each node noises its own update (use_privacy keeps the ledger)
 
     def __init__(self, setup: RuleSetup) -> None:
         super().__init__(setup)

@@ -47,8 +47,9 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
-def names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
+def names(topologies: bool = False) -> tuple[str, ...]:
+    """The registered ``strategy.name`` values (and with ``topologies`` the topologies' rules)."""
+    return tuple(_REGISTRY) + (tuple(_TOPOLOGIES) if topologies else ())
 
 
 def _load(entry: Any) -> Any:
@@ -64,13 +65,18 @@ def rule_name(cfg: Config) -> str:
     return t if t != "star" else cfg.strategy.name
 
 
-def build(setup: RuleSetup) -> ServerRule:
-    """The run's rule, built from ``setup`` (``topology.name``, else ``strategy.name``)."""
-    name = rule_name(setup.cfg)
+def declared(name: str) -> Any:
+    """What is registered for rule ``name`` (topology names included), loaded: a class, or a factory,
+    whose attributes declare the rule's capabilities (``fedrl.features.components``)."""
     entry = _TOPOLOGIES.get(name) or _REGISTRY.get(name)
     if entry is None:
         raise KeyError(f"no server rule {name!r}; registered: {', '.join(_REGISTRY)}")
-    return _load(entry)(setup)  # type: ignore[no-any-return]
+    return _load(entry)
+
+
+def build(setup: RuleSetup) -> ServerRule:
+    """The run's rule, built from ``setup`` (``topology.name``, else ``strategy.name``)."""
+    return declared(rule_name(setup.cfg))(setup)  # type: ignore[no-any-return]
 
 
 def check_name(value: Any) -> str | None:

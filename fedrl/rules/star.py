@@ -54,6 +54,8 @@ class Robust(Mean):
 
     accepts_sums = False  # it looks at each update, which masking hides
     privatizable = False
+    not_privatizable = "the noise is calibrated to the sensitivity of a sum, not of a robust rule"
+    no_sums = "a robust rule looks at each update (medians, distances), which masking hides"
 
     def __init__(self, setup: RuleSetup) -> None:
         super().__init__(setup)

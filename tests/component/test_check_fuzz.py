@@ -20,6 +20,7 @@ from flwr.common.serde import recorddict_to_proto, user_config_to_proto
 
 from fedrl.algorithms.registry import names as algorithm_names
 from fedrl.cli import main, resolved_run_config
+from fedrl.compression import compressors
 from fedrl.config import DEFAULTS, Config
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs
@@ -51,6 +52,8 @@ def _choices() -> dict[str, tuple[str, ...]]:
                 out[f.metadata["key"]] = get_args(types[f.name])
     out["strategy.name"] = rule_names()
     out["algo.name"] = algorithm_names()
+    out["compression.up"] = tuple(compressors.KINDS)
+    out["compression.down"] = tuple(compressors.COMPRESSORS)
     return out
 
 

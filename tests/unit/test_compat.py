@@ -74,14 +74,16 @@ def test_the_table_lists_every_feature_and_what_it_requires_and_excludes() -> No
     block = block[:next(i for i, x in enumerate(block[1:], 1) if not x.startswith(" "))]
     assert any("excludes robust-rule (a robust rule looks at each update" in line for line in block)
     assert any("requires up-quantize or privacy-distributed" in line for line in block)
-    assert any(line.strip().startswith("excluded by") and "up-topk" in line for line in block)
+    assert any(line.strip().startswith("excluded by") and "unmaskable-uplink" in line and "rule-without-sums" in line
+               for line in block)  # what the compressors and the rule declare (fedrl.features.components)
 
 
 def test_check_list_prints_the_keys_then_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "--list"]) == 0
     out = capsys.readouterr().out
     assert out.index("secagg.enabled") < out.index("Feature compatibility")
-    assert "excludes secagg (each node keeps different coordinates" in out
+    assert out.index("Feature compatibility") < out.index("Components (their declarations")
+    assert "topk             no            no: each node keeps different coordinates" in out
 
 
 def test_every_strategy_but_fedavg_belongs_to_exactly_one_family() -> None:
