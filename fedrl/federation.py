@@ -167,8 +167,7 @@ class Federation:
             cast.advance(self.rule.models[s], rnd)
 
     def plan(self, node: int, rnd: int) -> tuple[LocalPlan, Downlink | Mix]:
-        s = self.cfg.strategy
-        mu = s.proximal_mu if s.name == "fedprox" else 0.0
+        mu = self.rule.proximal_mu(node, rnd)  # the rule's part of the plan (FedProx's term)
         ef_base = self.ef21.base(node) if self.ef21 is not None else -1
         p = LocalPlan(node, rnd, self.cfg.num_server_rounds, self.cfg.seed, mu, self.rule.moments[self.slot(node)],
                       ef_base, self.clip, self.run_uid)

@@ -125,6 +125,18 @@ class ServerRule(ABC):
         of the broadcast it holds, for downlink compression)."""
         return casts[self.slot(node)].downlink(held)
 
+    @classmethod
+    def local_mu(cls, cfg: Config) -> float:
+        """The proximal weight this rule asks of every node in every round (FedProx's
+        ``strategy.proximal-mu``); a topology's rule takes it from ``strategy.name``'s rule. 0: none."""
+        return 0.0
+
+    def proximal_mu(self, node: int, rnd: int) -> float:
+        """The weight of the proximal term ``mu/2 ||w - w_sent||^2`` node ``node``'s local objective
+        gets in round ``rnd``, toward the weights it is sent (FedProx, Li et al. 2020); 0: none.
+        Override it to ask nodes for something else than ``local_mu`` (per node, per round)."""
+        return self.local_mu(self.cfg)
+
     # --- aggregation ------------------------------------------------------------------------
     @abstractmethod
     def aggregate(self, updates: list[Update], rnd: int) -> None:
@@ -154,6 +166,13 @@ class ServerRule(ABC):
         self.models[0] = weights
         if self.moments[0] is not None and moments is not None:
             self.moments[0] = self.moments[0].merge(moments)
+
+    def strategy_mu(self) -> float:
+        """``local_mu`` of the rule ``strategy.name`` names (fedprox: its term), for the topologies'
+        rules, whose nodes train with the star rule's local objective."""
+        from fedrl.rules.registry import declared
+
+        return float(getattr(declared(self.cfg.strategy.name), "local_mu", ServerRule.local_mu)(self.cfg))
 
     def server_lr(self, rnd: int) -> float:
         """Round ``rnd``'s server learning rate (``strategy.server-lr`` annealed to ``server-lr-end``)."""

@@ -48,6 +48,9 @@ class Hierarchical(ServerRule):
     def label(self) -> str:
         return "hierarchical"
 
+    def proximal_mu(self, node: int, rnd: int) -> float:
+        return self.strategy_mu()  # strategy.name = fedprox: edges' nodes keep its term
+
     def slot(self, node: int) -> int:
         return self.edge_of[node]
 

@@ -63,6 +63,9 @@ class Gossip(Local):
     def label(self) -> str:
         return "gossip"
 
+    def proximal_mu(self, node: int, rnd: int) -> float:
+        return self.strategy_mu()  # strategy.name = fedprox: its local term on every node
+
     def node_models(self, rnd: int) -> list[Model]:
         """What each node trains from next, as far as the server knows: under compression it holds
         the public copies, not the nodes' own models (``fedrl.topology.choco``)."""

@@ -78,6 +78,9 @@ class Private(ServerRule):
     def downlink(self, node: int, rnd: int, casts: list[Broadcaster], held: int | None) -> Downlink | Mix:
         return self.inner.downlink(node, rnd, casts, held)
 
+    def proximal_mu(self, node: int, rnd: int) -> float:
+        return self.inner.proximal_mu(node, rnd)
+
     def adopt(self, weights: Model, moments: Moments | None) -> None:
         self.inner.adopt(weights, moments)
 

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 _STAR = "fedrl.rules.star:"
 _REGISTRY: dict[str, Any] = {
-    **{n: _STAR + "Mean" for n in ("fedavg", "fedprox", "fedavgm", "fedadagrad", "fedadam", "fedyogi")},
+    **{n: _STAR + "Mean" for n in ("fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi")},
+    "fedprox": _STAR + "FedProx",
     **{n: _STAR + "Robust" for n in ("median", "trimmed-mean", "krum", "multi-krum")},
     "fedbuff": "fedrl.rules.asynchronous:FedBuff",
     "fedasync": "fedrl.rules.asynchronous:FedAsync",

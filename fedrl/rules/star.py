@@ -16,6 +16,7 @@ import numpy as np
 from fedrl.aggregation.fedavg import weighted_mean
 from fedrl.aggregation.robust import robust_aggregate
 from fedrl.compression.pipeline import flatten, unflatten
+from fedrl.config import Config
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
 
 log = logging.getLogger("fedrl")
@@ -44,6 +45,15 @@ class Mean(ServerRule):
         if mean is not None:
             self.step(mean, rnd)
         self.merge_moments(0, [u.reply for u in updates])
+
+
+class FedProx(Mean):
+    """FedAvg's server side; each node's local objective gets FedProx's proximal term toward the
+    weights it is sent, ``strategy.proximal-mu`` (Li et al., MLSys 2020)."""
+
+    @classmethod
+    def local_mu(cls, cfg: Config) -> float:
+        return cfg.strategy.proximal_mu
 
 
 class Robust(Mean):
