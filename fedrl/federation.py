@@ -180,6 +180,8 @@ class Federation:
     def delta(self, reply: Reply) -> Model:
         """The reply's update: decoded payload, or trained weights minus the weights sent."""
         base = self.sent(reply.node)
+        if reply.decoded is not None:  # checked: decoded once, by fedrl.guards.checked
+            return reply.decoded
         if reply.update is not None and self.ef21 is not None:
             return unflatten(self.ef21.estimate(reply.node, reply.ef_base, reply.update), base)
         if reply.update is not None:
@@ -199,6 +201,10 @@ class Federation:
     def validate(self, reply: Reply, expected_node: int) -> str | None:
         """Why a reply must be left out of the aggregate, or None if it is usable (``fedrl.guards``)."""
         return guards.reply_problem(self, reply, expected_node)
+
+    def check(self, reply: Reply, expected_node: int) -> Reply | str:
+        """The usable reply with its update decoded once (what ``aggregate`` takes), or why not."""
+        return guards.checked(self, reply, expected_node)
 
     def take_failure(self) -> str | None:
         """Why an aggregation since the last call was undone (None: none was); resets it."""
@@ -264,7 +270,8 @@ class Federation:
         assert self.asyn is not None
         self.counters.env_steps += reply.env_steps
         if reply.update is not None:
-            reply = replace(reply, weights=unflatten(flatten(base) + flatten(self.delta(reply)), base), update=None)
+            reply = replace(reply, weights=unflatten(flatten(base) + flatten(self.delta(reply)), base), update=None,
+                            decoded=None)
         return self.asyn.receive(reply, version, base, self.round, self.guarded)
 
     def flush_buffer(self) -> list[tuple[int, int]]:

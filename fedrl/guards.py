@@ -17,6 +17,7 @@ statistics left non-finite, the rule gives back its saved state (``ServerRule.sa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -104,7 +105,14 @@ def norm_problem(delta: list[np.ndarray], bound: float) -> str | None:
 
 
 def reply_problem(fed: Federation, reply: Reply, expected_node: int) -> str | None:
-    """Why a decoded reply must be left out of round's aggregate (None: usable). See module doc.
+    """Why a decoded reply must be left out of round's aggregate (None: usable). See ``checked``."""
+    result = checked(fed, reply, expected_node)
+    return result if isinstance(result, str) else None
+
+
+def checked(fed: Federation, reply: Reply, expected_node: int) -> Reply | str:
+    """The reply, its compressed update decoded once into ``Reply.decoded``, if it may enter the
+    round's aggregate; else why not. See the module doc.
 
     The update norm is measured against the weights the node was sent this round (for gossip:
     its model at the start of the round; for a stale asynchronous reply: the current model).
@@ -125,6 +133,7 @@ def reply_problem(fed: Federation, reply: Reply, expected_node: int) -> str | No
             return f"bad {fed.up.name} payload: {err}"
         if not bool(np.all(np.isfinite(flat))):
             return f"bad {fed.up.name} payload: non-finite values"
+        reply = replace(reply, decoded=delta)
     else:
         why = weights_problem(fed.models[fed.slot(reply.node)], reply.weights)
         if why is not None:
@@ -132,9 +141,9 @@ def reply_problem(fed: Federation, reply: Reply, expected_node: int) -> str | No
         delta = fed.delta(reply)
     why = moments_problem(reply.obs_moments, fed.obs_travel, fed.spec.obs_dim,
                           int(reply.env_steps), fed.cfg.algo.norm_obs_center)
-    if why is not None:
-        return why
-    return norm_problem(delta, fed.cfg.strategy.max_update_norm)
+    if why is None:
+        why = norm_problem(delta, fed.cfg.strategy.max_update_norm)
+    return reply if why is None else why
 
 
 def nonfinite_slots(models: list[list[np.ndarray]], moments: list[Moments | None]) -> list[int]:

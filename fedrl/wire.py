@@ -67,6 +67,9 @@ class Reply:
     metrics: dict[str, float]
     update: Compressed | None = None
     ef_base: int = -1  # EF21: the round the update is relative to (-1: from zero)
+    # Server side, never on the wire: ``update`` decoded (scaled back; EF21's estimate), set once by
+    # the server's reply check (``fedrl.guards.checked``) so aggregation does not decode it again.
+    decoded: list[np.ndarray] | None = None
 
 
 def uplink_scale(cfg: Config, up: Stage, rnd: int) -> float:

@@ -211,19 +211,16 @@ def check_reply(fed: Federation, r: Answer | None, node: int, deadline_s: float 
     """The decoded reply if it may enter the aggregate, else why not (never raises).
 
     The reply is decoded against the layout of the model ``node`` was sent
-    (``codec.decode_reply``), then checked by ``Federation.validate``.
+    (``codec.decode_reply``), then checked by ``Federation.check``, which decodes a compressed
+    update once: the reply returned carries it (``Reply.decoded``) into the aggregate.
     """
     layout = reply_layout(fed, node)
 
-    def decode(content: RecordDict) -> tuple[Reply, str | None]:
-        reply = codec.decode_reply(content, layout)
-        return reply, fed.validate(reply, node)
+    def decode(content: RecordDict) -> Reply | str:
+        return fed.check(codec.decode_reply(content, layout), node)
 
     checked, why = decode_reply_safely(r, decode, deadline_s)
-    if checked is None:
-        return why or "no reply"
-    reply, why = checked
-    return reply if why is None else why
+    return why or "no reply" if checked is None else checked
 
 
 def decode_reply_safely(r: Answer | None, decode: Callable[[RecordDict], T],
