@@ -93,6 +93,7 @@ class Federation:
         self.round = 0
         self.run_uid = secrets.token_hex(8)  # kept in the checkpoint: a resumed run is the same run
         self.failed: str | None = None  # why the last aggregation was undone (take_failure)
+        self.round_clip = self.clip  # the DP clip norm of the round begun last (begin_round)
 
     # --- what other modules read ---------------------------------------------------------
     @property
@@ -165,6 +166,7 @@ class Federation:
             self.rule.observe(self.evaluation.observe(self.rule.server_model(self.round), m, rnd))
         for s, cast in enumerate(self.casts):
             cast.advance(self.rule.models[s], rnd)
+        self.round_clip = self.clip  # what its plans carry; adaptive clipping moves ``clip`` as it aggregates
 
     def plan(self, node: int, rnd: int) -> tuple[LocalPlan, Downlink | Mix]:
         mu = self.rule.proximal_mu(node, rnd)  # the rule's part of the plan (FedProx's term)
@@ -246,14 +248,24 @@ class Federation:
         if math.isfinite(ratio_sum):
             self.counters.env_steps += round(ratio_sum * self.cfg.algo.local_steps)
 
-    def completed(self, rnd: int) -> None:
-        """Round ``rnd`` is over (its model is final and recorded next); ``strategy.ema`` folds it
-        into the average. A restored checkpoint sets ``round`` instead (``fedrl.snapshot``)."""
+    def completed(self, rnd: int) -> dict[str, Any]:
+        """Round (or asynchronous server step) ``rnd`` is over: its model is final and recorded next.
+        Returns the round's closing fields for metrics.jsonl (why its aggregate was undone; with DP
+        the ε spent so far and the clip norm the round released under, fixed when it began), then
+        sets the next round's clip norm; ``strategy.ema`` folds the model into the average. A
+        restored checkpoint sets ``round`` instead (``fedrl.snapshot``).
+
+        The synchronous and asynchronous loops both record a round with this, so they cannot
+        disagree on which clip norm a row shows (the asynchronous loop once showed the next step's)."""
+        fields: dict[str, Any] = {"aggregation_failed": self.take_failure()}
+        if self.privacy is not None:
+            fields |= {"epsilon": self.epsilon(), "delta": self.privacy.delta, "clip_norm": self.round_clip}
         self.round = rnd
         if self.dp is not None:
             self.dp.schedule(rnd + 1)  # privacy.clip-norm-end: the next round's clip norm (checkpointed with it)
         if self.average is not None:
             self.average.update(self.rule.server_model(rnd))
+        return fields
 
     def count_unused(self, replies: list[Reply]) -> None:
         """Count the env steps of replies the round did not aggregate (too few of them)."""

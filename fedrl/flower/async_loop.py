@@ -64,10 +64,7 @@ def run_async(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, start
 
     def step(applied: list[tuple[int, int]]) -> bool:
         nonlocal cur
-        fed.completed(fed.round + 1)
-        fields = cur.fields(applied) | {"aggregation_failed": fed.take_failure()}
-        if fed.privacy is not None:  # DP-FedBuff: what the steps so far have spent
-            fields |= {"epsilon": fed.epsilon(), "delta": fed.privacy.delta, "clip_norm": fed.clip}
+        fields = cur.fields(applied) | fed.completed(fed.round + 1)  # DP-FedBuff: ε so far, the step's clip norm
         stop = end_round(fed, folder, started, cur.started, fields)
         if not stop and fed.round < total and stops_for_budget(fed, fed.round + 1):
             stop = True  # DP-FedBuff: the next server step would spend more than the budget

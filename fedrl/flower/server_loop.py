@@ -105,11 +105,7 @@ def _run_rounds(grid: Grid, fed: Federation, nm: NodeMap, folder: RunFolder, sta
         if stops_for_budget(fed, rnd):
             break
         t0 = time.time()
-        clip = fed.clip  # this round's; adaptive clipping moves it during aggregation
         fields = secure_round(grid, fed, nm, rnd, ahead) if cfg.secagg.enabled else plain_round(grid, fed, nm, rnd)
-        fields["aggregation_failed"] = fed.take_failure()  # why this round's aggregate was undone (None: it was not)
-        if fed.privacy is not None:
-            fields |= {"epsilon": fed.epsilon(), "delta": fed.privacy.delta, "clip_norm": clip}
-        fed.completed(rnd)
+        fields |= fed.completed(rnd)  # why its aggregate was undone; with DP its ε and clip norm
         if end_round(fed, folder, started, t0, fields):
             break

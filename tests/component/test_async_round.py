@@ -139,9 +139,10 @@ def test_a_dp_fedbuff_clip_schedule_follows_the_server_steps_and_clips_a_stale_u
     base = [w.copy() for w in fed.models[0]]
     rng = np.random.default_rng(7)
     assert fed.plan(0, 1)[0].clip_norm == 0.5  # nodes clip to the norm of the coming step
+    fed.begin_round(1)
     for node in (0, 1):
         fed.receive_async(_reply(fed, node, base, rng), 0, base)
-    fed.completed(1)
+    assert fed.completed(1)["clip_norm"] == 0.5  # the row shows the norm step 1 released under
     assert fed.dp.clip == pytest.approx(0.3) and fed.plan(2, 2)[0].clip_norm == pytest.approx(0.3)
     # step 2 takes two updates sent from version 0 (under 0.5): each is clipped again, to 0.3
     big = [rng.normal(0, 1, fed.n_params).astype(np.float32) for _ in range(2)]

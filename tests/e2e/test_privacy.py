@@ -169,14 +169,18 @@ def test_dpsgd_in_local_training_reports_the_nodes_sample_level_epsilon(flower: 
 
 def test_dp_fedbuff_accounts_every_server_step_and_stops_at_its_budget(flower: LocalFlower, tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    # z = 3 with q = 1: four steps cost 2.985, a fifth would take ε to 3.38 > the budget of 3
+    # z = 3 with q = 1: four steps cost 2.985, a fifth would take ε to 3.38 > the budget of 3 (the clip
+    # schedule costs no ε)
     res = flower.run(REPO, "nodes.count=8 algo.hidden='16' algo.local-steps=256 num-server-rounds=30 eval.every=0 "
                            "eval.episodes=1 strategy.name='fedbuff' strategy.buffer=4 privacy.mode='central' "
-                           f"privacy.noise-multiplier=3.0 privacy.target-epsilon=3.0 output-dir='{out}' run-name='b'",
-                     supernodes=8)
+                           "privacy.noise-multiplier=3.0 privacy.target-epsilon=3.0 privacy.clip-norm=1.0 "
+                           f"privacy.clip-norm-end=0.42 output-dir='{out}' run-name='b'", supernodes=8)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "privacy budget: round 5 would take" in res.stdout
     rows = _rows(out / "b")
     assert [len(r["nodes_trained"]) for r in rows] == [4] * 4  # four DP-FedBuff steps of K = 4 updates
     assert [r["epsilon"] for r in rows] == pytest.approx([epsilon_after(3.0, 1.0, k, 1e-5) for k in (1, 2, 3, 4)])
+    # each row shows the clip norm its step released under, as a synchronous round's row does (1 -> 0.42
+    # over 30 steps: 0.02 a step); the asynchronous loop once showed the next step's
+    assert [r["clip_norm"] for r in rows] == pytest.approx([1.0, 0.98, 0.96, 0.94])
     assert json.loads((out / "b" / "summary.json").read_text())["rounds_completed"] == 4
