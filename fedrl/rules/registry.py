@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 _STAR = "fedrl.rules.star:"
 _REGISTRY: dict[str, Any] = {
-    **{n: _STAR + "Mean" for n in ("fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi")},
-    "fedprox": _STAR + "FedProx",
+    "fedavg": _STAR + "Mean",
+    "fedprox": _STAR + "FedProx",  # the order here is the order errors and --list name them
+    **{n: _STAR + "Mean" for n in ("fedavgm", "fedadagrad", "fedadam", "fedyogi")},
     **{n: _STAR + "Robust" for n in ("median", "trimmed-mean", "krum", "multi-krum")},
     "fedbuff": "fedrl.rules.asynchronous:FedBuff",
     "fedasync": "fedrl.rules.asynchronous:FedAsync",
