@@ -10,7 +10,7 @@ from typing import Literal
 from fedrl import config_checks as ck
 from fedrl.compression.compressors import check_down, check_up
 from fedrl.config_sections import opt
-from fedrl.rules.registry import check_name as check_rule
+from fedrl.registry.rules import check_name as check_rule
 
 # The default end of the server step's schedule (issue 13): 2 -> 0.5 kept the final model solved in
 # the stability benchmark (docs/stability.md), where a constant 2 let solved policies collapse late.
@@ -23,7 +23,7 @@ class StrategyConfig:
         "strategy.name", "fedavg",
         "fedavg, fedprox (client proximal term), server optimizers fedavgm, fedadagrad, fedadam, fedyogi (Reddi et "
         "al. 2021), robust rules median, trimmed-mean, krum, multi-krum, asynchronous fedbuff, fedasync, local "
-        "(no aggregation), or a rule registered in fedrl.rules.registry", check_rule)
+        "(no aggregation), or a rule registered in fedrl.registry.rules", check_rule)
     server_lr: float = opt("strategy.server-lr", 2.0,
                            "server step on the mean delta (1: plain FedAvg; adaptive optimizers want about 0.01; gossip: each "
                            "node's step on its own update before mixing)",

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fedrl import config_checks as ck
-from fedrl.algorithms.registry import check_name
 from fedrl.attacks import check_names
 from fedrl.config_checks import opt
+from fedrl.registry.algorithms import check_name
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedrl.algorithms.registry import get as algorithm
 from fedrl.config import Config
 from fedrl.envs.make import make_env
 from fedrl.errors import ConfigError
+from fedrl.registry.algorithms import get as algorithm
 from fedrl.rl.networks import ActorCritic, PolicySpec, spec_for
 from fedrl.seeding import ENV_RESET, derive
 

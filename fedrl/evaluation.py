@@ -18,8 +18,8 @@ import numpy as np
 from fedrl.config import Config
 from fedrl.envs.spec import parse_kwargs
 from fedrl.experiment import heldout_variants_of, target_return
+from fedrl.model.moments import Moments
 from fedrl.rl.evaluate import evaluate
-from fedrl.rl.normalize import Moments
 from fedrl.seeding import EVAL_SAMPLE, HELDOUT, derive, numpy_rng
 
 if TYPE_CHECKING:

@@ -31,8 +31,8 @@ from torch import nn
 from fedrl.atomic import PUBLIC, write_bytes, write_text
 from fedrl.errors import ConfigError
 from fedrl.final_model import read_final_model
+from fedrl.model.moments import Moments
 from fedrl.rl.networks import ActorCritic, PolicySpec, mirrored, set_weights
-from fedrl.rl.normalize import Moments
 
 FORMATS = ("torchscript", "onnx")
 

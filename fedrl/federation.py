@@ -26,29 +26,30 @@ import numpy as np
 
 from fedrl import guards
 from fedrl.aggregation.fedavg import delta_of
-from fedrl.algorithms.registry import get as algorithm
 from fedrl.attacks import attackers
 from fedrl.compression.downlink import Broadcaster, Downlink
 from fedrl.compression.ef21 import ServerEF21
-from fedrl.compression.pipeline import decompress, flatten, stage, unflatten
+from fedrl.compression.pipeline import decompress, stage, uplink_scale
 from fedrl.config import Config
 from fedrl.counters import Counters
 from fedrl.errors import ConfigError
 from fedrl.evaluation import Evaluation
 from fedrl.experiment import initial_weights, policy_spec, variants_of
 from fedrl.iterate_average import IterateAverage
+from fedrl.model.layout import flatten, unflatten
 from fedrl.privacy.audit import AuditResult
 from fedrl.privacy.plan import plan_for
 from fedrl.privacy.server import ServerPrivacy
+from fedrl.registry import rules as registry
+from fedrl.registry.algorithms import get as algorithm
 from fedrl.rl.networks import weight_layout, weight_names
 from fedrl.rl.train import uses_norm
-from fedrl.rules import registry
 from fedrl.rules.asynchronous import Asynchronous
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
 from fedrl.rules.private import Private
 from fedrl.selection import Selector
 from fedrl.topology.gossip import Mix
-from fedrl.wire import LocalPlan, Reply, uplink_scale
+from fedrl.wire import LocalPlan, Reply
 
 log = logging.getLogger("fedrl")
 

@@ -27,9 +27,9 @@ from fedrl.checkpoint import UNREADABLE, read_npz
 from fedrl.config import norm_on
 from fedrl.env_checks import MAX_POLICY_PARAMS, check_policy_size
 from fedrl.errors import ConfigError, RunFileError
+from fedrl.model.moments import Moments
 from fedrl.results import BEST_MODEL, CONFIG, MODEL
 from fedrl.rl.networks import LOG_STD, ActorCritic, PolicySpec
-from fedrl.rl.normalize import Moments
 
 RENAMED = "log_std"  # the Gaussian log-std's weight name in run folders written before LOG_STD
 
@@ -184,8 +184,8 @@ def _bounds(path: Path, p: dict[str, Any], key: str, n: int) -> tuple[float, ...
 
 def _model_factory(path: Path, rc: dict[str, Any]) -> Callable[[PolicySpec], nn.Module]:
     """The network of the run's algorithm (``algo.name`` and its settings, e.g. DQN's dueling head)."""
-    from fedrl.algorithms.registry import get as algorithm
     from fedrl.config import from_run_config
+    from fedrl.registry.algorithms import get as algorithm
 
     try:
         cfg = from_run_config({k: v for k, v in rc.items() if k not in ("resume",)})

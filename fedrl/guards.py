@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedrl.compression.pipeline import flatten
+from fedrl.model.layout import flatten
+from fedrl.model.moments import Moments
 from fedrl.rl.networks import check_weights
-from fedrl.rl.normalize import Moments
 
 if TYPE_CHECKING:
     from collections.abc import Callable

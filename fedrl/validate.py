@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fedrl import setting_checks, speed
-from fedrl.algorithms.registry import get as algorithm
 from fedrl.compat import conflict
 from fedrl.config import Config, from_run_config, norm_on
 from fedrl.env_checks import check_environments
@@ -24,6 +23,7 @@ from fedrl.errors import ConfigError
 from fedrl.features import FEATURES
 from fedrl.features.settings import continuous_actions
 from fedrl.privacy.plan import plan_for, sample_plan
+from fedrl.registry.algorithms import get as algorithm
 
 
 def validate(cfg: Config) -> None:
@@ -98,8 +98,8 @@ def check(run_config: Mapping[str, Any]) -> Config:
             raise err
     p = cfg.privacy
     if p.mode != "off" or p.target_epsilon or p.noise_multiplier or p.audit_canaries or p.unsafe_no_noise or p.dpsgd:
-        from fedrl.algorithms.registry import get as algorithm
         from fedrl.experiment import policy_spec, variants_of
+        from fedrl.registry.algorithms import get as algorithm
         from fedrl.rl.networks import weight_layout
 
         spec = policy_spec(cfg, variants_of(cfg)[0])

@@ -2,8 +2,7 @@
 
 ``LocalPlan`` is what the server asks of a node for a round, ``NodeState`` what the node keeps
 between rounds (in ``context.state``), ``LocalResult`` what an algorithm's local training
-returns, ``Reply`` a node's answer to a training plan; ``uplink_scale`` is the factor both sides
-apply to a compressed update with error feedback. They live apart from the server
+returns, ``Reply`` a node's answer to a training plan, ``Compressed`` a compressed update. They live apart from the server
 (``Federation``) and from Flower, so that the ClientApp imports no server-only module.
 """
 
@@ -13,11 +12,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrl.algorithms.registry import get as algorithm
-from fedrl.compression.base import Compressed
-from fedrl.compression.pipeline import Stage
-from fedrl.config import Config
-from fedrl.rl.normalize import Moments
+from fedrl.model.moments import Moments
+
+
+@dataclass(frozen=True)
+class Compressed:
+    """A compressed update: plain arrays only (never Python objects), plus the decoded length ``n``.
+
+    ``name`` is the compressor's registry name; ``decode`` refuses a payload with another name.
+    """
+
+    name: str
+    arrays: dict[str, np.ndarray]
+    n: int
+
+    @property
+    def nbytes(self) -> int:
+        """Sum of the payload arrays' ``nbytes`` (the wire size, before framing)."""
+        return int(sum(int(a.nbytes) for a in self.arrays.values()))
 
 
 @dataclass(frozen=True)
@@ -70,15 +82,3 @@ class Reply:
     # Server side, never on the wire: ``update`` decoded (scaled back; EF21's estimate), set once by
     # the server's reply check (``fedrl.guards.checked``) so aggregation does not decode it again.
     decoded: list[np.ndarray] | None = None
-
-
-def uplink_scale(cfg: Config, up: Stage, rnd: int) -> float:
-    """What a node divides its update by before compressing it in round ``rnd``.
-
-    With classic error feedback the node compresses its learning-rate-normalized update (a
-    pseudo-gradient) and the server multiplies back by this round's mean learning rate: what is
-    owed from earlier rounds is then applied at today's annealed step size, not the larger one it
-    was computed with (the algorithm's ``round_lr``). (Measured on heterogeneous CartPole, 1% top-k, 30 rounds: final min
-    return 495 with it, 262 without.) 1 otherwise.
-    """
-    return algorithm(cfg.algo.name).round_lr(cfg, rnd) if up.error_feedback else 1.0

@@ -125,10 +125,10 @@ def cohort_ceiling_steps_per_s(k: int = 50, rounds: int = 4) -> float:
     import torch
 
     from fedrl.algorithms.base import CohortMember
-    from fedrl.algorithms.registry import get as algorithm
     from fedrl.config import from_run_config
     from fedrl.envs.spec import parse_vary, sample_variant
     from fedrl.experiment import initial_weights, policy_spec
+    from fedrl.registry.algorithms import get as algorithm
     from fedrl.wire import LocalPlan, NodeState
 
     before = torch.get_num_threads()

@@ -1,5 +1,5 @@
 """Local RL algorithms behind one interface (``base.Algorithm``), registered by ``algo.name``."""
 
-from fedrl.algorithms.registry import get, names, register, unregister
+from fedrl.registry.algorithms import get, names, register, unregister
 
 __all__ = ["get", "names", "register", "unregister"]

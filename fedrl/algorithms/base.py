@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from fedrl.config import Config
-    from fedrl.privacy.dpsgd import SampleDP
+    from fedrl.rl.dpsgd import SampleDP
     from fedrl.rl.networks import PolicySpec
 
 
@@ -66,7 +66,7 @@ class CohortMember:
 
 class Algorithm(ABC):
     """A local learner. Subclass, implement ``make_model`` and ``train``, and ``register`` it
-    (``fedrl.algorithms.registry``); override the rest where the defaults do not fit."""
+    (``fedrl.registry.algorithms``); override the rest where the defaults do not fit."""
 
     @abstractmethod
     def make_model(self, spec: PolicySpec) -> nn.Module:

@@ -14,7 +14,7 @@ from fedrl.errors import ConfigError
 if TYPE_CHECKING:
     from torch import nn
 
-    from fedrl.privacy.dpsgd import SampleDP
+    from fedrl.rl.dpsgd import SampleDP
     from fedrl.rl.networks import PolicySpec
 
 

@@ -19,7 +19,7 @@ from fedrl.wire import LocalResult
 if TYPE_CHECKING:
     from torch import nn
 
-    from fedrl.privacy.dpsgd import SampleDP
+    from fedrl.rl.dpsgd import SampleDP
     from fedrl.rl.networks import PolicySpec
 
 
@@ -71,13 +71,13 @@ class PPO(Algorithm):
         return round_lr(cfg, rnd)
 
     def sample_dp(self, cfg: Config, model: nn.Module) -> SampleDP | None:
-        """DP-SGD over rollout segments (``fedrl.privacy.dpsgd``), checked before round 1: refuses
+        """DP-SGD over rollout segments (``fedrl.rl.dpsgd``), checked before round 1: refuses
         settings that would leak raw data past the clipped gradients, or a policy Opacus cannot
         give per-sample gradients of."""
         p, a, ppo = cfg.privacy, cfg.algo, cfg.ppo
         if not p.dpsgd:
             return None
-        from fedrl.privacy.dpsgd import SampleDP, module_errors  # Opacus' GradSampleModule only when asked for
+        from fedrl.rl.dpsgd import SampleDP, module_errors  # Opacus' GradSampleModule only when asked for
 
         kind = model.spec.action_kind  # type: ignore[union-attr]
         if ppo.target_kl > 0:

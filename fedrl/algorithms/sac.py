@@ -21,7 +21,7 @@ from fedrl.wire import LocalResult
 if TYPE_CHECKING:
     from torch import nn
 
-    from fedrl.privacy.dpsgd import SampleDP
+    from fedrl.rl.dpsgd import SampleDP
     from fedrl.rl.networks import PolicySpec
 
 

@@ -17,26 +17,10 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class Compressed:
-    """A compressed update: plain arrays only (never Python objects), plus the decoded length ``n``.
-
-    ``name`` is the compressor's registry name; ``decode`` refuses a payload with another name.
-    """
-
-    name: str
-    arrays: dict[str, np.ndarray]
-    n: int
-
-    @property
-    def nbytes(self) -> int:
-        """Sum of the payload arrays' ``nbytes`` (the wire size, before framing)."""
-        return int(sum(int(a.nbytes) for a in self.arrays.values()))
+from fedrl.wire import Compressed  # the payload type lives with the other wire types
 
 
 def _as_update(x: np.ndarray) -> np.ndarray:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedrl.compression.base import Compressed
-from fedrl.compression.pipeline import Stage, decompress, flatten, rng_for, unflatten
+from fedrl.compression.pipeline import Stage, decompress, rng_for
+from fedrl.model.layout import flatten, unflatten
 
 BASE_KEY, ROUND_KEY = "down.base", "down.round"
 

@@ -42,8 +42,8 @@ class RuleDeclaration:
 
 def rule_declaration(name: str) -> RuleDeclaration:
     """The declaration of the rule registered as ``name`` (a topology name included)."""
+    from fedrl.registry.rules import declared
     from fedrl.rules.base import ServerRule  # the defaults; server-side, loaded only to check a run
-    from fedrl.rules.registry import declared
 
     entry = declared(name)
 
@@ -55,7 +55,7 @@ def rule_declaration(name: str) -> RuleDeclaration:
 
 
 def _rule_of(cfg: Config) -> RuleDeclaration:
-    from fedrl.rules.registry import rule_name
+    from fedrl.registry.rules import rule_name
 
     return rule_declaration(rule_name(cfg))
 
@@ -109,7 +109,7 @@ RULE_CAPABILITIES = (
 def declarations_table() -> list[str]:
     """Lines for ``fedrl check --list``: every registered rule and compressor with what it declares."""
     from fedrl.compression.compressors import KINDS
-    from fedrl.rules.registry import names
+    from fedrl.registry.rules import names
 
     lines = ["Components (their declarations, read when a run is checked):",
              f"{'rule':<16} {'privatizable':<13} {'accepts sums':<13} applies DP itself"]

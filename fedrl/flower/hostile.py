@@ -18,7 +18,7 @@ from fedrl.compression.base import Compressed
 from fedrl.config import Config
 from fedrl.flower import codec
 from fedrl.flower.safe_arrays import NPY_MAGIC, NPY_STYPE
-from fedrl.rl.normalize import Moments
+from fedrl.model.moments import Moments
 from fedrl.wire import Reply
 
 HUGE = 3.4e38  # finite in float32 (max 3.4028235e38)

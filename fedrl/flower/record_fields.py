@@ -17,7 +17,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from fedrl.compression.base import Compressed
 from fedrl.compression.framing import Frame, frame, unframe
 from fedrl.flower.safe_arrays import RAW_STYPE, WireError
-from fedrl.rl.normalize import Moments
+from fedrl.model.moments import Moments
 
 
 def array_record(rec: RecordDict, key: str) -> ArrayRecord | None:

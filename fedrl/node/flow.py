@@ -17,7 +17,7 @@ import numpy as np
 
 from fedrl.compression.base import Compressed
 from fedrl.compression.downlink import Downlink
-from fedrl.rl.normalize import Moments
+from fedrl.model.moments import Moments
 from fedrl.topology.gossip import Mix
 from fedrl.wire import LocalPlan, NodeState, Reply
 

@@ -8,17 +8,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedrl.algorithms.base import Algorithm
-from fedrl.algorithms.registry import get as algorithm_named
 from fedrl.attacks import attack_plan
 from fedrl.compression.pipeline import Stage, stage
 from fedrl.config import Config
 from fedrl.envs.spec import parse_kwargs
 from fedrl.experiment import policy_spec, variants_of
 from fedrl.privacy.plan import PrivacyPlan, plan_for, sample_plan
+from fedrl.registry.algorithms import get as algorithm_named
 from fedrl.rl.networks import PolicySpec, get_weights, weight_layout
 
 if TYPE_CHECKING:
-    from fedrl.privacy.dpsgd import SampleDP
+    from fedrl.rl.dpsgd import SampleDP
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from fedrl.algorithms.base import Algorithm, CohortMember
 from fedrl.attacks import attack_update
 from fedrl.compression import ef21
 from fedrl.compression.downlink import Downlink, receive
-from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, flatten, node_encode, rng_for, training_start, unflatten
+from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, node_encode, rng_for, training_start, uplink_scale
 from fedrl.config import Config
+from fedrl.model.layout import flatten, unflatten
 from fedrl.node.flow import NodeUpdate, Received, RoundStart
 from fedrl.privacy.node import PRIVATE_METRICS, privatize
 from fedrl.privacy.plan import PrivacyPlan
@@ -33,10 +34,10 @@ from fedrl.rl.networks import PolicySpec
 from fedrl.seeding import ATTACK, numpy_rng
 from fedrl.topology import choco, gossip
 from fedrl.topology.gossip import Mix
-from fedrl.wire import LocalPlan, LocalResult, uplink_scale
+from fedrl.wire import LocalPlan, LocalResult
 
 if TYPE_CHECKING:
-    from fedrl.privacy.dpsgd import SampleDP
+    from fedrl.rl.dpsgd import SampleDP
 
 In_contra = TypeVar("In_contra", contravariant=True)
 Out_co = TypeVar("Out_co", covariant=True)

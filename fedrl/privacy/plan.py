@@ -20,7 +20,7 @@ from fedrl.secagg.params import threshold_count
 if TYPE_CHECKING:
     from torch import nn
 
-    from fedrl.privacy.dpsgd import SampleDP
+    from fedrl.rl.dpsgd import SampleDP
 
 DISTRIBUTED_BITS = 24  # default ring width under distributed DP (secagg.bits = 0)
 
@@ -277,7 +277,7 @@ def sample_plan(cfg: Config, model: nn.Module) -> SampleDP | None:
     Raises:
         ConfigError: naming the key, for settings the algorithm cannot make private.
     """
-    from fedrl.algorithms.registry import get
+    from fedrl.registry.algorithms import get
 
     return get(cfg.algo.name).sample_dp(cfg, model)
 

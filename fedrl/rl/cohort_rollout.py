@@ -17,8 +17,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from fedrl.model.moments import Moments
 from fedrl.rl.networks import as_real
-from fedrl.rl.normalize import Moments
 from fedrl.rl.rollout import Cursor, Rollout, scale_rewards, step_envs
 from fedrl.rl.stacked import StackedActorCritic
 
@@ -63,7 +63,7 @@ class MomentsStack:
         return MomentsStack(n, mean, m2)
 
     def normalize(self, obs: np.ndarray, clip: float = 10.0, eps: float = 1e-8) -> np.ndarray:
-        """``fedrl.rl.normalize.normalize`` of node k's rows ``obs[k]`` with node k's statistics."""
+        """``fedrl.model.moments.normalize`` of node k's rows ``obs[k]`` with node k's statistics."""
         scaled = (obs - self.mean[:, None]) / np.sqrt(self.var[:, None] + eps)
         return np.clip(np.where((self.count > 0)[:, None, None], scaled, obs), -clip, clip).astype(np.float32)
 

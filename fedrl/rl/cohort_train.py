@@ -18,10 +18,10 @@ import torch
 
 from fedrl.config import Config
 from fedrl.envs.batched import BatchedEnv, make_batched_env
+from fedrl.model.moments import Moments
 from fedrl.rl.cohort_rollout import CohortNormalizers, MomentsStack, collect_cohort
 from fedrl.rl.cohort_update import StackedAdam, cohort_ppo_update
 from fedrl.rl.networks import PolicySpec, as_real
-from fedrl.rl.normalize import Moments
 from fedrl.rl.rollout import Cursor
 from fedrl.rl.stacked import StackedActorCritic
 from fedrl.rl.train import batch_steps, hyper, iterations_per_round, uses_norm

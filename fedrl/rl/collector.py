@@ -13,7 +13,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from fedrl.rl.normalize import Moments, normalize
+from fedrl.model.moments import Moments, normalize
 from fedrl.rl.nstep import NStep
 from fedrl.rl.replay import Replay
 from fedrl.rl.rollout import Cursor

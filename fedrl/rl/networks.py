@@ -100,7 +100,7 @@ class LogStd(nn.Module):
     returns it broadcast to ``mean``'s shape.
 
     A layer rather than a bare parameter so that Opacus hooks it and DP-SGD can clip its
-    per-sample gradient (its grad sampler is registered in ``fedrl.privacy.dpsgd``, which alone
+    per-sample gradient (its grad sampler is registered in ``fedrl.rl.dpsgd``, which alone
     imports Opacus). Its weight is named ``std.log_std``.
     """
 

@@ -22,8 +22,8 @@ from torch import nn
 
 from fedrl.envs.batched import make_batched_env
 from fedrl.errors import ConfigError
+from fedrl.model.moments import Moments, normalize
 from fedrl.rl.networks import PolicySpec, set_weights
-from fedrl.rl.normalize import Moments, normalize
 from fedrl.rl.rollout import to_env_actions
 from fedrl.seeding import OBS_STATS, derive, torch_generator
 

@@ -6,7 +6,7 @@ early stop on approximate KL.
 
 How minibatches are drawn and how a loss becomes a step is a ``Stepper``: ``SGDStep`` (shuffled
 minibatches of transitions, global gradient-norm clip, the optimizer's step) by default; DP-SGD
-(``fedrl.privacy.dpsgd.DPSGDStep``: Poisson samples of rollout segments, per-segment clipping and
+(``fedrl.rl.dpsgd.DPSGDStep``: Poisson samples of rollout segments, per-segment clipping and
 noise) plugs into the same loop, so there is one PPO update, not a private copy of it.
 """
 

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from typing_extensions import Self
 
+from fedrl.model.moments import Moments, normalize
 from fedrl.rl.networks import ActorCritic, as_real
-from fedrl.rl.normalize import Moments, normalize
 
 
 class Rollout(NamedTuple):

@@ -18,9 +18,9 @@ import torch
 
 from fedrl.config import Config, PPOConfig, norm_on
 from fedrl.envs.snapshot import restore, snapshot
+from fedrl.model.moments import Moments
 from fedrl.rl.adam_state import adam_from_arrays, adam_to_arrays
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, set_weights
-from fedrl.rl.normalize import Moments
 from fedrl.rl.ppo import PPOHyper, Proximal, ppo_update
 from fedrl.rl.rollout import Cursor, Normalizers, collect
 from fedrl.seeding import ENV_RESET, TRAIN, derive, torch_generator
@@ -30,7 +30,7 @@ __all__ = ["LocalPlan", "LocalResult", "NodeState", "batch_steps", "env_arrays",
            "round_lr", "start_envs", "train_locally", "uses_norm"]
 
 if TYPE_CHECKING:
-    from fedrl.privacy.dpsgd import SampleDP
+    from fedrl.rl.dpsgd import SampleDP
 
 
 def hyper(ppo: PPOConfig) -> PPOHyper:
@@ -101,7 +101,7 @@ def train_locally(
 
     ``random_actions``: collect with random actions (the random-action Byzantine node, ``attack.*``).
 
-    With ``dp`` every PPO update is DP-SGD over rollout segments (``fedrl.privacy.dpsgd``); the
+    With ``dp`` every PPO update is DP-SGD over rollout segments (``fedrl.rl.dpsgd``); the
     node's accountant continues from ``state`` and ``metrics["dpsgd_epsilon"]`` is its ε so far.
     """
     t0 = time.perf_counter()
@@ -128,7 +128,7 @@ def train_locally(
     cursor = start_envs(envs, plan, state)
     accountant = None
     if dp is not None:
-        from fedrl.privacy.dpsgd import dp_ppo_update, load_accountant
+        from fedrl.rl.dpsgd import dp_ppo_update, load_accountant
 
         accountant = load_accountant(state.arrays)  # the node's whole history: never a fresh one per round
     iters = iterations_per_round(cfg)
@@ -151,7 +151,7 @@ def train_locally(
     arrays = adam_to_arrays(optimizer)
     dp_metrics: dict[str, float] = {}
     if accountant is not None and dp is not None:
-        from fedrl.privacy.dpsgd import save_accountant
+        from fedrl.rl.dpsgd import save_accountant
 
         arrays.update(save_accountant(accountant))
         dp_metrics["dpsgd_epsilon"] = float(accountant.get_epsilon(delta=dp.delta))

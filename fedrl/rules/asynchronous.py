@@ -17,7 +17,7 @@ import numpy as np
 
 from fedrl.aggregation.asynchronous import AsyncState, Buffered, Versions, async_mix, buffered_mean, staleness_weight
 from fedrl.aggregation.fedavg import delta_of
-from fedrl.compression.pipeline import flatten, unflatten
+from fedrl.model.layout import flatten, unflatten
 from fedrl.privacy.server import ServerPrivacy
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
 from fedrl.wire import Reply

@@ -22,9 +22,9 @@ import numpy as np
 from fedrl.aggregation.fedavg import apply_delta
 from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings, annealed_lr
 from fedrl.compression.downlink import Broadcaster, Downlink
-from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import Config
-from fedrl.rl.normalize import Moments
+from fedrl.model.layout import flatten, unflatten
+from fedrl.model.moments import Moments
 from fedrl.topology.gossip import Mix
 from fedrl.wire import Reply
 
@@ -81,7 +81,7 @@ class Saved:
 
 class ServerRule(ABC):
     """A server rule. Subclass, implement ``aggregate``, and register a factory
-    (``fedrl.rules.registry.register``); override the rest where the defaults do not fit."""
+    (``fedrl.registry.rules.register``); override the rest where the defaults do not fit."""
 
     per_node: ClassVar[bool] = False  # one model per node, no global model (evaluated per node)
     accepts_sums: ClassVar[bool] = False  # can step with a securely aggregated mean (``step``)
@@ -170,7 +170,7 @@ class ServerRule(ABC):
     def strategy_mu(self) -> float:
         """``local_mu`` of the rule ``strategy.name`` names (fedprox: its term), for the topologies'
         rules, whose nodes train with the star rule's local objective."""
-        from fedrl.rules.registry import declared
+        from fedrl.registry.rules import declared
 
         return float(getattr(declared(self.cfg.strategy.name), "local_mu", ServerRule.local_mu)(self.cfg))
 

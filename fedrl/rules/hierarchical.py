@@ -17,7 +17,7 @@ import numpy as np
 
 from fedrl.aggregation.fedavg import weighted_mean
 from fedrl.aggregation.robust import robust_aggregate
-from fedrl.compression.pipeline import flatten, unflatten
+from fedrl.model.layout import flatten, unflatten
 from fedrl.privacy.server import ServerPrivacy
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
 from fedrl.topology.hierarchy import assign_edges, cloud_model

@@ -17,9 +17,9 @@ import numpy as np
 
 from fedrl.aggregation.server_opt import ServerOptimizer
 from fedrl.compression.downlink import Broadcaster, Downlink
-from fedrl.compression.pipeline import flatten, unflatten
+from fedrl.model.layout import flatten, unflatten
+from fedrl.model.moments import Moments
 from fedrl.privacy.server import ServerPrivacy
-from fedrl.rl.normalize import Moments
 from fedrl.rules.base import Model, Saved, ServerRule, Update
 from fedrl.topology.gossip import Mix
 from fedrl.wire import Reply

@@ -15,8 +15,8 @@ import numpy as np
 
 from fedrl.aggregation.fedavg import weighted_mean
 from fedrl.aggregation.robust import robust_aggregate
-from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import Config
+from fedrl.model.layout import flatten, unflatten
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
 
 log = logging.getLogger("fedrl")

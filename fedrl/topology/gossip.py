@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrl.compression.pipeline import flatten, unflatten
+from fedrl.model.layout import flatten, unflatten
 from fedrl.topology import choco
 from fedrl.topology.graphs import graph, metropolis_hastings
 

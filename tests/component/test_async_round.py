@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
 from fedrl.federation import Federation
+from fedrl.model.layout import flatten, unflatten
 from fedrl.validate import check
 from fedrl.wire import Reply
 
@@ -87,8 +87,7 @@ def test_what_asynchronous_rules_cannot_do_fails_before_round_1(over: dict, key:
 @pytest.mark.parametrize("up", [{"compression.up": "quantize", "compression.bits": 8},
                                 {"compression.up": "topk", "compression.fraction": 0.05}])  # topk: error feedback on
 def test_a_compressed_asynchronous_update_lands_as_the_weights_it_stands_for(up: dict[str, object]) -> None:
-    from fedrl.compression.pipeline import compress, decompress, rng_for
-    from fedrl.wire import uplink_scale
+    from fedrl.compression.pipeline import compress, decompress, rng_for, uplink_scale
 
     over = {**SMALL, "strategy.name": "fedbuff", "strategy.buffer": 1, "strategy.server-lr": 1.0}
     packed, plain = Federation(from_run_config({**over, **up})), Federation(from_run_config(over))

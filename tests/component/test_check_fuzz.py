@@ -18,7 +18,6 @@ from typing import Any, Literal, get_args, get_type_hints
 import pytest
 from flwr.common.serde import recorddict_to_proto, user_config_to_proto
 
-from fedrl.algorithms.registry import names as algorithm_names
 from fedrl.cli import main, resolved_run_config
 from fedrl.compression import compressors
 from fedrl.config import DEFAULTS, Config
@@ -26,7 +25,8 @@ from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs
 from fedrl.federation import Federation
 from fedrl.flower.codec import encode_plan
-from fedrl.rules.registry import names as rule_names
+from fedrl.registry.algorithms import names as algorithm_names
+from fedrl.registry.rules import names as rule_names
 from fedrl.validate import check
 
 REPO = Path(__file__).resolve().parents[2]

@@ -28,13 +28,13 @@ import pytest
 import torch
 
 from fedrl.algorithms.base import CohortMember
-from fedrl.algorithms.registry import get as algorithm
 from fedrl.config import from_run_config
 from fedrl.envs.batched import make_batched_env
 from fedrl.envs.spec import parse_vary, sample_variant
 from fedrl.experiment import policy_spec
+from fedrl.model.moments import Moments
+from fedrl.registry.algorithms import get as algorithm
 from fedrl.rl.networks import ActorCritic, get_weights, spec_for
-from fedrl.rl.normalize import Moments
 from fedrl.rl.train import train_locally
 from fedrl.wire import LocalPlan, NodeState
 

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 from fedrl.compression.downlink import receive
-from fedrl.compression.pipeline import compress, flatten, rng_for
+from fedrl.compression.pipeline import compress, rng_for, uplink_scale
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
 from fedrl.federation import Federation
 from fedrl.flower import codec
+from fedrl.model.layout import flatten
 from fedrl.validate import check
-from fedrl.wire import Reply, uplink_scale
+from fedrl.wire import Reply
 
 # Pinned: these tests check exact aggregation formulas on replies without observation statistics
 # (the defaults turn normalization on and anneal the server step, issue 13).
@@ -121,7 +122,7 @@ def test_a_possible_secure_combination_passes() -> None:
 
 
 def test_observation_moments_travel_in_the_config_record_and_are_checked() -> None:
-    from fedrl.rl.normalize import Moments
+    from fedrl.model.moments import Moments
 
     fed = _fed(**{"compression.up": "topk"})
     fed.begin_round(1)

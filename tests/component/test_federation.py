@@ -10,7 +10,7 @@ import pytest
 
 from fedrl.config import from_run_config
 from fedrl.federation import Federation
-from fedrl.rl.normalize import Moments
+from fedrl.model.moments import Moments
 from fedrl.snapshot import restore, snapshot
 from fedrl.wire import Reply
 

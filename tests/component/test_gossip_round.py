@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from fedrl.checkpoint import Checkpoint
-from fedrl.compression.pipeline import flatten
 from fedrl.config import from_run_config
 from fedrl.envs.make import make_vector_env
 from fedrl.errors import ConfigError
 from fedrl.federation import Federation
 from fedrl.flower import codec
+from fedrl.model.layout import flatten
 from fedrl.rl.train import NodeState, train_locally
 from fedrl.snapshot import restore, snapshot
 from fedrl.topology import gossip

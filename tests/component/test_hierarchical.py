@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
 from fedrl.federation import Federation
+from fedrl.model.layout import flatten, unflatten
 from fedrl.topology.hierarchy import assign_edges, cloud_average
 from fedrl.validate import check
 from fedrl.wire import Reply

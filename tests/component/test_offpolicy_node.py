@@ -158,7 +158,7 @@ def test_replay_learner_settings_that_cannot_work_are_refused() -> None:
 
 
 def test_sac_refuses_unbounded_actions() -> None:
-    from fedrl.algorithms.registry import get as algorithm
+    from fedrl.registry.algorithms import get as algorithm
     from fedrl.rl.networks import PolicySpec
 
     cfg = from_run_config({**DEFAULTS, "algo.name": "sac", "env.id": "Pendulum-v1", "env.vary": "g=linspace(9, 11)"})

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from fedrl import secure_sum
-from fedrl.compression.pipeline import flatten
 from fedrl.config import from_run_config
 from fedrl.federation import Federation
+from fedrl.model.layout import flatten
 from fedrl.privacy import epsilon_after
 from fedrl.snapshot import restore, snapshot
 from fedrl.wire import Reply

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from fedrl.compression.pipeline import flatten
 from fedrl.config import from_run_config
 from fedrl.federation import Federation
 from fedrl.flower import codec
-from fedrl.rules.registry import register, unregister
+from fedrl.model.layout import flatten
+from fedrl.registry.rules import register, unregister
 from fedrl.rules.star import Mean
 from tests.inprocess import run_rounds, task  # noqa: F401 - the fixture
 

@@ -16,8 +16,8 @@ from fedrl.aggregation.fedavg import weighted_mean
 from fedrl.checkpoint import Checkpoint
 from fedrl.config import from_run_config
 from fedrl.federation import Federation
+from fedrl.registry.rules import register, unregister
 from fedrl.rules.base import Model, Update
-from fedrl.rules.registry import register, unregister
 from fedrl.rules.star import Mean
 from fedrl.snapshot import restore, snapshot
 from fedrl.validate import check

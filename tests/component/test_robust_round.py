@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from fedrl.attacks import attack_update, attackers
-from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
 from fedrl.federation import Federation
+from fedrl.model.layout import flatten, unflatten
 from fedrl.validate import check
 from fedrl.wire import Reply
 

@@ -16,8 +16,8 @@ import pytest
 from tooling.legacy_secaggplus import run_flower_secaggplus
 from tooling.secagg_round import run_round
 
-from fedrl.compression.pipeline import flatten
 from fedrl.compression.ring_codes import RingCoding, required_ring_bits
+from fedrl.model.layout import flatten
 from fedrl.secagg import make_params
 
 pytestmark = pytest.mark.slow

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from fedrl.checkpoint import Checkpoint
-from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import from_run_config
 from fedrl.federation import Federation
+from fedrl.model.layout import flatten, unflatten
 from fedrl.snapshot import restore, snapshot
 from fedrl.wire import Reply
 

@@ -15,7 +15,7 @@ from pathlib import Path
 # Server-side modules and packages (a package name covers everything under it).
 SERVER_ONLY = (
     "fedrl.aggregation",  # aggregation rules
-    "fedrl.rules",  # server rules (the name registry below excepted)
+    "fedrl.rules",  # server rules (their names are in fedrl.registry)
     "fedrl.privacy.server",  # central DP mechanisms and ledger
     "fedrl.secagg.server",  # the secure-aggregation server's state machine
     "fedrl.selection",  # which nodes train
@@ -29,7 +29,7 @@ SERVER_ONLY = (
     "fedrl.rundir",
 )
 # Names only: the config's choices come from the registries; the rules themselves load on first use.
-CLIENT_MAY_LOAD = frozenset({"fedrl.rules", "fedrl.rules.registry"})
+CLIENT_MAY_LOAD = frozenset({"fedrl.rules", "fedrl.registry.rules"})
 
 # Server-side modules the ClientApp loads today, each with the chain that loads it; its owner removes
 # the entry with the fix. Empty: a new entry needs a reason, and a stale one fails below.
@@ -81,4 +81,4 @@ def test_the_chain_names_who_loaded_what() -> None:
     assert chain(loader, "fedrl.secagg.server") == "client_app -> fedrl.flower.secure_client -> fedrl.secagg -> " \
                                                    "fedrl.secagg.server"
     assert server_only("fedrl.aggregation.robust") and server_only("fedrl.rules.star")
-    assert not server_only("fedrl.rules.registry") and not server_only("fedrl.privacy.node")
+    assert not server_only("fedrl.registry.rules") and not server_only("fedrl.privacy.node")

@@ -31,23 +31,18 @@ Graph = dict[str, set[str]]
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "fedrl"
 
-# Layers (a subpackage of fedrl, or a top-level module) whose runtime imports close a cycle today: to be
-# removed by the algorithm redesign (issue 14). Each is (layer, layer it imports): the module imports that
-# make it. An entry must still exist and still close a cycle (the test says when one can go); a cycle through
+# Layers (a subpackage of fedrl, or a top-level module) whose runtime imports may close a cycle: none (issue 42
+# removed the last six, from the config and the algorithm registry through rl, privacy and wire). Each entry
+# would be (layer, layer it imports): why. An entry must still exist and still close a cycle; a cycle through
 # any other edge fails. No cycle between modules is allowed at all.
-KNOWN_LAYER_CYCLE_EDGES: dict[tuple[str, str], str] = {
-    # fedrl.rl.train -> fedrl.privacy.dpsgd (in a function; dpsgd imports rl.networks, rl.ppo, rl.rollout)
-    ("fedrl.rl", "fedrl.privacy"): "PPO's DP-SGD update lives in privacy/ and calls back into rl/",
-    # fedrl.privacy.plan -> fedrl.algorithms.registry (in a function); algorithms.ppo -> privacy.dpsgd, config
-    ("fedrl.privacy", "fedrl.algorithms"): "the privacy plan asks the algorithm registry",
-    # fedrl.wire -> fedrl.algorithms.registry (uplink_scale); algorithms.base/ppo -> fedrl.wire
-    ("fedrl.wire", "fedrl.algorithms"): "uplink_scale asks the algorithm for its round learning rate",
-    # fedrl.wire -> fedrl.rl.normalize (Moments); fedrl.rl.train -> fedrl.wire (LocalPlan, NodeState)
-    ("fedrl.wire", "fedrl.rl"): "wire types carry rl's Moments while rl.train builds on wire types",
-    # fedrl.config -> config_features -> rules.registry / config_sections -> algorithms.registry, and the
-    # rules, algorithms, privacy.plan, rl.train, compression.pipeline and wire import fedrl.config back
-    ("fedrl.config", "fedrl.config_features"): "the schema takes its choices from the registries",
-    ("fedrl.config", "fedrl.config_sections"): "the schema takes its choices from the registries",
+KNOWN_LAYER_CYCLE_EDGES: dict[tuple[str, str], str] = {}
+
+# The bottom of the package (issue 42): shared types and the model's flat layout. Each imports, at run time,
+# only fedrl modules named here (its allowed set, fedrl.errors and fedrl.seeding always allowed).
+BOTTOM: dict[str, frozenset[str]] = {
+    "fedrl.model": frozenset(),
+    "fedrl.registry": frozenset(),
+    "fedrl.wire": frozenset({"fedrl.model"}),
 }
 
 
@@ -225,3 +220,24 @@ def test_no_import_cycle_between_layers_but_the_known_ones() -> None:
         assert b in runtime.get(a, set()), f"{a} no longer imports {b}: remove it from KNOWN_LAYER_CYCLE_EDGES"
         assert reaches(without(runtime, [(a, b)]), b, a), (
             f"{a} -> {b} no longer closes a cycle: remove it from KNOWN_LAYER_CYCLE_EDGES")
+
+
+def _runtime_layer_imports(graph: Graph, prefix: str) -> set[str]:
+    """The fedrl modules that modules of ``prefix`` (a package or a module) import at run time, outside it."""
+    inside = {m for m in graph if m == prefix or m.startswith(prefix + ".")}
+    return {t for m in inside for t in graph[m] if t not in inside and t != "fedrl"}
+
+
+def test_the_bottom_layers_import_nothing_above_them() -> None:
+    g = import_graph()
+    runtime = union(g["module"], g["lazy"])
+    for bottom, allowed in BOTTOM.items():
+        ok = allowed | {"fedrl.errors", "fedrl.seeding"}
+        above = sorted(t for t in _runtime_layer_imports(runtime, bottom)
+                       if not any(t == a or t.startswith(a + ".") for a in ok))
+        assert not above, f"{bottom} sits at the bottom of fedrl but imports {above}"
+
+
+def test_the_bottom_check_sees_a_violation() -> None:
+    graph = {"fedrl.model.layout": {"fedrl.rules.base", "fedrl.model.moments"}, "fedrl.model.moments": set()}
+    assert _runtime_layer_imports(graph, "fedrl.model") == {"fedrl.rules.base"}

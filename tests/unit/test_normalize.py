@@ -1,4 +1,4 @@
-"""Unit tests for fedrl.rl.normalize: mergeable moments and observation normalization."""
+"""Unit tests for fedrl.model.moments: mergeable moments and observation normalization."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fedrl.rl.normalize import Moments, normalize
+from fedrl.model.moments import Moments, normalize
 
 FLOATS = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False, allow_infinity=False, width=64)
 

@@ -14,8 +14,8 @@ from fedrl.config import from_run_config
 from fedrl.envs.make import make_vector_env
 from fedrl.errors import ConfigError
 from fedrl.federation import initial_weights, policy_spec, variants_of
-from fedrl.privacy.dpsgd import module_errors
 from fedrl.privacy.plan import sample_plan
+from fedrl.rl.dpsgd import module_errors
 from fedrl.rl.networks import ActorCritic, PolicySpec
 from fedrl.rl.train import LocalPlan, NodeState, iterations_per_round, train_locally
 

@@ -83,8 +83,8 @@ def test_schedules() -> None:
 
 def test_error_feedback_sees_dqns_learning_rate_schedule() -> None:
     """With dqn.lr-end the round's mean rate (its middle, the schedule being linear); without, 1."""
-    from fedrl.algorithms.registry import get
     from fedrl.config import DEFAULTS, from_run_config
+    from fedrl.registry.algorithms import get
 
     rc = {**DEFAULTS, "algo.name": "dqn", "num-server-rounds": 4}
     assert get("dqn").round_lr(from_run_config(rc), 2) == 1.0

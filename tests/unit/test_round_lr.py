@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fedrl.compression.pipeline import stage
+from fedrl.compression.pipeline import stage, uplink_scale
 from fedrl.config import from_run_config
 from fedrl.rl.train import round_lr
-from fedrl.wire import uplink_scale
 
 
 def test_round_lr_is_the_mean_of_the_annealed_schedule() -> None:

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from fedrl.attacks import attack_plan
-from fedrl.compression.pipeline import flatten, unflatten
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
 from fedrl.federation import Federation
 from fedrl.guards import moments_problem, steps_problem, update_norm
-from fedrl.rl.normalize import Moments
+from fedrl.model.layout import flatten, unflatten
+from fedrl.model.moments import Moments
 from fedrl.topology.gossip import Mix
 from fedrl.wire import Reply
 
