@@ -12,7 +12,7 @@ as an honest update (``UPDATE_ATTACKS``):
   ``attack_update``).
 
 Poisoned replies (``REPLY_ATTACKS``): the node trains honestly, then lies in a well-formed reply.
-Each is stopped by a server check (``fedrl.guards``):
+Each is stopped by a server check (``fedrl.server.guards``):
 
 - ``huge-weights``: every weight (or every float of its compressed update) is 3.4e38, finite in
   float32; stopped by ``strategy.max-update-norm``; without it the FedAvg mean overflows and the

@@ -8,7 +8,7 @@ mid-write leaves the previous checkpoint intact, and a symlink planted beside it
 Reading checks every member's ``.npy`` header (no object dtype, the declared size within the
 member's stored size) before numpy allocates, and any defect of the file (truncated, bit-flipped,
 not a zip, a missing member, malformed JSON) is one ``RunFileError`` naming the file.
-Whether the contents fit a run's config is ``fedrl.snapshot``'s check.
+Whether the contents fit a run's config is ``fedrl.server.snapshot``'s check.
 """
 
 from __future__ import annotations

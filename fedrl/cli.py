@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print("fedrl: run config OK")
         return 0
     if cmd == "central":
-        from fedrl.centralized import run_centralized
+        from fedrl.server.centralized import run_centralized
 
         try:
             run_centralized(cfg)

@@ -37,7 +37,7 @@ class StrategyConfig:
                      "keep, evaluate and save an exponential moving average of the server model with this decay "
                      "(bias-corrected; 0.9 weighs about the last 10 rounds; 0: off, the latest model). Training "
                      "still steps from the latest model; under DP the average is post-processing and costs no "
-                     "epsilon (fedrl.iterate_average); under fedasync, whose model is mostly the last node's, 0.9 kept "
+                     "epsilon (fedrl.server.iterate_average); under fedasync, whose model is mostly the last node's, 0.9 kept "
                      "heterogeneous CartPole solved (docs/aggregation.md)", ck.decay)
     proximal_mu: float = opt("strategy.proximal-mu", 0.01, "FedProx mu (used by fedprox)", ck.non_negative)
     momentum: float = opt("strategy.momentum", 0.9, "fedavgm: server momentum", ck.unit_closed)

@@ -80,5 +80,5 @@ class Reply:
     update: Compressed | None = None
     ef_base: int = -1  # EF21: the round the update is relative to (-1: from zero)
     # Server side, never on the wire: ``update`` decoded (scaled back; EF21's estimate), set once by
-    # the server's reply check (``fedrl.guards.checked``) so aggregation does not decode it again.
+    # the server's reply check (``fedrl.server.guards.checked``) so aggregation does not decode it again.
     decoded: list[np.ndarray] | None = None

@@ -19,10 +19,10 @@ from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedrl.config import DEFAULTS
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.client import handle_train
 from fedrl.flower.transport import Answer, check_reply
+from fedrl.server.federation import Federation
 
 
 @pytest.fixture

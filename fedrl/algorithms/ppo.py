@@ -101,6 +101,6 @@ class PPO(Algorithm):
 
     def pooled(self, cfg: Config, nodes: int) -> Config:
         """Also ``nodes`` times the minibatches per epoch, so the pooled learner's minibatches have
-        the nodes' size (``fedrl.centralized``)."""
+        the nodes' size (``fedrl.server.centralized``)."""
         out = super().pooled(cfg, nodes)
         return dataclasses.replace(out, ppo=dataclasses.replace(cfg.ppo, num_minibatches=cfg.ppo.num_minibatches * nodes))

@@ -1,7 +1,7 @@
 """Wire format of the secure-aggregation stages (the message keys live here and in ``codec``; the
 typed field readers in ``record_fields``).
 
-Stages (``fedrl.flower.secure_round``): ``keys`` (only to nodes that hold no keys for the
+Stages (``fedrl.flower.secure_exchange``): ``keys`` (only to nodes that hold no keys for the
 round), the training plan with the round's setup and the neighbours' public keys (answered with
 encrypted shares), ``mask`` and ``unmask`` (answered with shares and the node's keys for its
 next round).

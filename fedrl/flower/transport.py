@@ -20,14 +20,15 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedrl.config import Config
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.cohort_codec import content_of, decode_cohort
 from fedrl.flower.waves import waves
+from fedrl.server.federation import Federation
 from fedrl.wire import Reply
 
 log = logging.getLogger("fedrl")
 T = TypeVar("T")
+BUSY = "still busy with an earlier round's plan (missed round.deadline-s)"
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def reap_late(grid: Grid, fed: Federation, nm: NodeMap) -> None:
     for m in grid.pull_messages(list(by_id)):
         nodes = by_id[m.metadata.reply_to_message_id]
         if m.has_content():
-            fed.counters.received(codec.wire_bytes(m))
+            fed.count_received(codec.wire_bytes(m))
         log.info("node(s) %s: a late reply arrived and was dropped (its round is over)", nodes)
         for node in nodes:
             del nm.late[node]
@@ -178,14 +179,14 @@ def exchange(grid: Grid, fed: Federation, nm: NodeMap, contents: dict[int, Recor
     for wave in waves(list(contents), nm.supernode, cohort):
         msgs = [Message(content_of([contents[n] for n in batch]), dst_node_id=nm.supernode(batch[0]),
                         message_type=mtype, group_id=str(rnd)) for batch in wave]
-        fed.counters.sent(sum(codec.wire_bytes(m) for m in msgs))
+        fed.count_sent(sum(codec.wire_bytes(m) for m in msgs))
         sent = list(grid.push_messages(msgs))
         t0 = time.monotonic()
         replies = _collect(grid, sent, timeout)
         for mid, batch in zip(sent, wave, strict=True):
             r = replies.get(mid)
             if r is not None and r.has_content():
-                fed.counters.received(codec.wire_bytes(r))
+                fed.count_received(codec.wire_bytes(r))
             if r is None and deadline_s > 0:
                 nm.late.update({node: (mid, t0) for node in batch})
             out.update(split_answers(r, batch))
@@ -243,7 +244,7 @@ def decode_reply_safely(r: Answer | None, decode: Callable[[RecordDict], T],
 
 def reply_layout(fed: Federation, node: int) -> codec.Layout:
     """What ``node``'s reply must look like: the shapes of the model it trains from, the observation size."""
-    return codec.Layout(tuple(w.shape for w in fed.models[fed.slot(node)]), fed.spec.obs_dim)
+    return codec.Layout(tuple(w.shape for w in fed.models[fed.slot(node)]), fed.obs_dim)
 
 
 def failure(r: Answer | None, deadline_s: float = 0.0) -> str | None:

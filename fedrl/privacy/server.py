@@ -1,6 +1,6 @@
 """The server's side of client-level DP: the mechanisms on the sum, the ledger, the clip norm, the audit.
 
-Plain numpy, no Flower. ``fedrl.federation.Federation`` holds one ``ServerPrivacy`` per DP run and
+Plain numpy, no Flower. ``fedrl.server.federation.Federation`` holds one ``ServerPrivacy`` per DP run and
 hands it the round's updates (central, local) or unmasked ring sum (distributed).
 """
 

@@ -1,4 +1,4 @@
-"""Asynchronous rules (no round barrier; ``fedrl.flower.async_loop`` drives them): FedBuff
+"""Asynchronous rules (no round barrier; ``fedrl.flower.async_exchange`` drives them): FedBuff
 (Nguyen et al., AISTATS 2022) steps once ``strategy.buffer`` updates are buffered; FedAsync
 (Xie et al., 2019) mixes each update in as it arrives. An update ``tau`` versions old weighs
 ``(1 + tau)^-strategy.staleness-exponent`` (``fedrl.aggregation.asynchronous``).
@@ -65,7 +65,7 @@ class FedAsync(Asynchronous):
 
 
 class FedBuff(Asynchronous):
-    """FedBuff; with ``privacy`` set (client-level DP, ``fedrl.federation``), DP-FedBuff: each server
+    """FedBuff; with ``privacy`` set (client-level DP, ``fedrl.server.federation``), DP-FedBuff: each server
     step is DP-FedAvg's mean of the buffer (``ServerPrivacy.mean``).
 
     The privacy argument: a node is never sent the same version twice and the version changes

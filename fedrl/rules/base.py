@@ -225,7 +225,7 @@ class ServerRule(ABC):
         return {}, arrays
 
     def load_state_dict(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        """The inverse of ``state_dict`` (the caller has checked shapes: ``fedrl.snapshot_checks``)."""
+        """The inverse of ``state_dict`` (the caller has checked shapes: ``fedrl.server.snapshot_checks``)."""
         n = len(self.models[0])
         for s in range(len(self.models)):
             self.models[s] = [arrays[f"model{s}/{i}"].astype(np.float32) for i in range(n)]

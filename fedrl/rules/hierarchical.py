@@ -26,7 +26,7 @@ log = logging.getLogger("fedrl")
 
 
 class Hierarchical(ServerRule):
-    accepts_sums = True  # one secure sum per edge (fedrl.flower.secure_round), stepped by step_slots
+    accepts_sums = True  # one secure sum per edge (fedrl.flower.secure_exchange), stepped by step_slots
     own_privacy = frozenset({"central", "local"})  # DP at the edge (use_privacy)
 
     def __init__(self, setup: RuleSetup) -> None:

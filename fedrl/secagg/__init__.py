@@ -15,8 +15,6 @@ round run in-process, for tests and benchmarks, is ``simulations/tooling/secagg_
 
 from __future__ import annotations
 
-from typing import Any
-
 from fedrl.secagg.client import ClientSession
 from fedrl.secagg.crypto import KeyPair, agree, decrypt_share, encrypt_share, prg_mask
 from fedrl.secagg.errors import ClientRefused, SecAggAbort, ShareRejected, StageError
@@ -50,12 +48,3 @@ __all__ = [
     "split_secret",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    # Transitional: fedrl.flower.secure_round still writes `from fedrl.secagg import SecAggServer`. Served on first
-    # use only (PEP 562), so the client side does not load the server. Remove once it imports fedrl.secagg.server.
-    if name == "SecAggServer":
-        from fedrl.secagg.server import SecAggServer
-
-        return SecAggServer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -54,7 +54,7 @@ class ClientSession:
         """A fresh session with two X25519 key pairs (c: share encryption, s: pairwise masks).
 
         ``keys`` are the two private keys when the node generated and advertised them ahead of
-        the round (``fedrl.flower.secure_round``); each pair must serve one session only.
+        the round (``fedrl.flower.secure_exchange``); each pair must serve one session only.
         """
         c_sk, s_sk = keys if keys is not None else (KeyPair.generate().private, KeyPair.generate().private)
         return cls(node, params, ClientState(_ADVERTISE, c_sk, s_sk))

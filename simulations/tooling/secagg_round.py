@@ -1,7 +1,7 @@
 """Run one whole fedrl SecAgg round in-process: for tests, benchmarks and dropout experiments.
 
 Test tooling, not runtime code: the ServerApp and ClientApp drive :mod:`fedrl.secagg` through
-``fedrl.flower.secure_round`` and ``fedrl.flower.secure_client`` instead.
+``fedrl.flower.secure_exchange`` and ``fedrl.flower.secure_client`` instead.
 
 Every client stage starts from a session rebuilt from plain arrays, as it would in a fresh
 process, and the params travel as arrays too.

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fedrl.federation import Federation
+from fedrl.server.federation import Federation
 
 
 def one_round(fed: Federation, folder_path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Record round 1 of ``fed`` (a run configured with ``output-dir`` and ``run-name``) and finish
     the run; return its metrics row, summary (checked equal to summary.json) and config.json."""
-    from fedrl.rundir import end_round, finish, resolve_run_folder
+    from fedrl.server.rundir import end_round, finish, resolve_run_folder
 
     folder = resolve_run_folder(fed)
     fed.round = 1

@@ -7,8 +7,8 @@ import pytest
 
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
 from fedrl.model.layout import flatten, unflatten
+from fedrl.server.federation import Federation
 from fedrl.validate import check
 from fedrl.wire import Reply
 
@@ -184,9 +184,10 @@ def test_a_resumed_dp_fedbuff_run_that_spent_its_budget_releases_nothing(tmp_pat
     one more noised release, to ε 7.1 of a target of 5). The grid is never reached, so none is given."""
     import time
 
-    from fedrl.flower.async_loop import run_async
+    from fedrl.flower.async_exchange import AsyncExchange
     from fedrl.flower.transport import NodeMap
     from fedrl.results import RunFolder
+    from fedrl.server.round import run_rounds
 
     fed = Federation(from_run_config({**SMALL, "strategy.name": "fedbuff", "strategy.buffer": 4, "num-server-rounds": 6,
                                       "privacy.mode": "central", "privacy.noise-multiplier": 1.0,
@@ -196,5 +197,5 @@ def test_a_resumed_dp_fedbuff_run_that_spent_its_budget_releases_nothing(tmp_pat
     fed.round = 1
     spent = fed.epsilon()
     assert spent is not None and spent < 5.0 and not fed.budget_allows_next_round()
-    run_async(None, fed, NodeMap([1, 2]), RunFolder(tmp_path / "run"), time.time())  # type: ignore[arg-type]
+    run_rounds(fed, AsyncExchange(None, NodeMap([1, 2])), RunFolder(tmp_path / "run"), time.time())  # type: ignore[arg-type]
     assert fed.round == 1 and fed.epsilon() == spent

@@ -23,10 +23,10 @@ from fedrl.compression import compressors
 from fedrl.config import DEFAULTS, Config
 from fedrl.envs.make import make_env
 from fedrl.envs.spec import parse_kwargs
-from fedrl.federation import Federation
 from fedrl.flower.codec import encode_plan
 from fedrl.registry.algorithms import names as algorithm_names
 from fedrl.registry.rules import names as rule_names
+from fedrl.server.federation import Federation
 from fedrl.validate import check
 
 REPO = Path(__file__).resolve().parents[2]

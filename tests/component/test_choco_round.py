@@ -11,10 +11,10 @@ from opacus.accountants import RDPAccountant
 
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.model.layout import flatten
 from fedrl.node import RoundStart, build_pipeline, node_setup
+from fedrl.server.federation import Federation
 from fedrl.topology.choco import PUBLIC_KEY
 from fedrl.topology.gossip import MODEL_KEY
 from fedrl.validate import check

@@ -23,12 +23,12 @@ from flwr.common.config import parse_config_args
 
 from fedrl.cli import main
 from fedrl.config import from_run_config
-from fedrl.federation import Federation
 from fedrl.flower.hostile import npy_bomb
 from fedrl.model.moments import Moments
 from fedrl.overrides import FLOWER_PAIR, check_override
 from fedrl.results import BEST_MODEL, MODEL, RunFolder
-from fedrl.rundir import resolved_config
+from fedrl.server.federation import Federation
+from fedrl.server.rundir import resolved_config
 
 REPO = Path(__file__).resolve().parents[2]
 FEDRL = str(Path(sys.executable).parent / "fedrl")

@@ -15,12 +15,12 @@ import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from fedrl.config import DEFAULTS, from_run_config
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.client import handle_train
 from fedrl.flower.cohort_codec import decode_cohort, encode_cohort
 from fedrl.flower.safe_arrays import WireError
 from fedrl.flower.transport import Answer, check_reply, split_answers
+from fedrl.server.federation import Federation
 from fedrl.wire import Reply
 from tests.inprocess import task  # noqa: F401 - the fixture
 

@@ -19,10 +19,10 @@ from fedrl.compression import compressors
 from fedrl.compression.base import Compressed, Compressor
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
 from fedrl.registry.rules import register, unregister
 from fedrl.rules.base import ServerRule, Update
 from fedrl.rules.private import Private
+from fedrl.server.federation import Federation
 from fedrl.validate import check
 
 SMALL = {"nodes.count": 3, "num-server-rounds": 2, "algo.local-steps": 256, "eval.episodes": 1,

@@ -9,9 +9,9 @@ from fedrl.compression.downlink import receive
 from fedrl.compression.pipeline import compress, rng_for, uplink_scale
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.model.layout import flatten
+from fedrl.server.federation import Federation
 from fedrl.validate import check
 from fedrl.wire import Reply
 

@@ -12,9 +12,9 @@ from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedrl.config import DEFAULTS, from_run_config
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.client import handle_train
+from fedrl.server.federation import Federation
 
 
 @pytest.fixture(autouse=True)

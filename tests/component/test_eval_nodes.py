@@ -14,9 +14,9 @@ import pytest
 
 from fedrl.cli import main
 from fedrl.config import from_run_config
-from fedrl.evaluation import eval_nodes
-from fedrl.federation import Federation
 from fedrl.rl.evaluate import evaluate
+from fedrl.server.evaluation import eval_nodes
+from fedrl.server.federation import Federation
 from tests.component.one_round import one_round
 
 REPO = Path(__file__).resolve().parents[2]

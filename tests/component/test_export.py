@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from fedrl.centralized import run_centralized
 from fedrl.cli import main
 from fedrl.config import from_run_config
 from fedrl.experiment import policy_spec, variants_of
@@ -19,6 +18,7 @@ from fedrl.export import load_policy
 from fedrl.model.moments import Moments, normalize
 from fedrl.registry.algorithms import get as algorithm
 from fedrl.rl.networks import set_weights
+from fedrl.server.centralized import run_centralized
 
 RUNS = {
     "cartpole": {"nodes.count": 2, "algo.local-steps": 256, "num-server-rounds": 1, "eval.episodes": 1},

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from fedrl.config import from_run_config
-from fedrl.federation import Federation
 from fedrl.model.moments import Moments
-from fedrl.snapshot import restore, snapshot
+from fedrl.server.federation import Federation
+from fedrl.server.snapshot import restore, snapshot
 from fedrl.wire import Reply
 
 # Pinned: these tests check exact aggregation formulas on replies without observation statistics
@@ -85,7 +85,7 @@ def test_selection_is_seeded_and_respects_minimum() -> None:
 
 
 def test_centralized_writes_a_run_folder(tmp_path: Path) -> None:
-    from fedrl.centralized import run_centralized
+    from fedrl.server.centralized import run_centralized
 
     cfg = from_run_config({**SMALL, "num-server-rounds": 2, "output-dir": str(tmp_path), "run-name": "c"})
     fed = run_centralized(cfg)

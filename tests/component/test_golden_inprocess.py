@@ -16,8 +16,8 @@ import tomllib
 import torch
 
 from fedrl.config import from_run_config
-from fedrl.federation import Federation
-from fedrl.rundir import model_arrays
+from fedrl.server.federation import Federation
+from fedrl.server.rundir import model_arrays
 from tests.e2e.test_golden_models import BASE, CASES, assert_golden
 from tests.inprocess import run_rounds, task  # noqa: F401 - the fixture
 

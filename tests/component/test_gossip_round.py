@@ -9,11 +9,11 @@ from fedrl.checkpoint import Checkpoint
 from fedrl.config import from_run_config
 from fedrl.envs.make import make_vector_env
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.model.layout import flatten
 from fedrl.rl.train import NodeState, train_locally
-from fedrl.snapshot import restore, snapshot
+from fedrl.server.federation import Federation
+from fedrl.server.snapshot import restore, snapshot
 from fedrl.topology import gossip
 from fedrl.topology.gossip import Mix
 from fedrl.validate import check

@@ -12,10 +12,10 @@ import pytest
 
 from fedrl.cli import main
 from fedrl.config import from_run_config
-from fedrl.federation import Federation
 from fedrl.rl.evaluate import evaluate
-from fedrl.rundir import resolved_config
 from fedrl.seeding import HELDOUT, derive
+from fedrl.server.federation import Federation
+from fedrl.server.rundir import resolved_config
 from tests.component.one_round import one_round
 
 REPO = Path(__file__).resolve().parents[2]

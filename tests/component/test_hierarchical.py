@@ -7,8 +7,8 @@ import pytest
 
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
 from fedrl.model.layout import flatten, unflatten
+from fedrl.server.federation import Federation
 from fedrl.topology.hierarchy import assign_edges, cloud_average
 from fedrl.validate import check
 from fedrl.wire import Reply

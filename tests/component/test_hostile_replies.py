@@ -12,17 +12,17 @@ from flwr.supercore.task_identity import TaskIdentity
 from fedrl.attacks import RECORD_ATTACKS, REPLY_ATTACKS
 from fedrl.compression.pipeline import compress, rng_for, uplink_scale
 from fedrl.config import from_run_config
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.hostile import hostile_content, npy_bomb, overflow_topk
 from fedrl.flower.transport import Answer, check_reply
 from fedrl.model.layout import flatten
 from fedrl.model.moments import Moments
+from fedrl.server.federation import Federation
 from fedrl.wire import Reply
 
 SMALL = {"nodes.count": 4, "algo.local-steps": 256, "eval.episodes": 1, "algo.norm-obs": "on",
          "strategy.max-update-norm": 100.0}
-# What the server says of each poisoned kind (fedrl.guards); malformed records die in the decoder.
+# What the server says of each poisoned kind (fedrl.server.guards); malformed records die in the decoder.
 POISONED = {
     "huge-weights": "exceeds strategy.max-update-norm = 100",
     "nan-weights": "non-finite",

@@ -9,9 +9,9 @@ import pytest
 from fedrl.checkpoint import Checkpoint
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError, RunFileError
-from fedrl.federation import Federation
 from fedrl.model.layout import flatten, unflatten
-from fedrl.snapshot import restore, snapshot
+from fedrl.server.federation import Federation
+from fedrl.server.snapshot import restore, snapshot
 from fedrl.validate import check
 from fedrl.wire import Reply
 

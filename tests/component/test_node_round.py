@@ -9,10 +9,10 @@ from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedrl.config import DEFAULTS, from_run_config
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.client import handle_train
 from fedrl.node import RoundStart, build_pipeline, node_setup
+from fedrl.server.federation import Federation
 from fedrl.wire import NodeState
 
 RUN_CONFIG = {**DEFAULTS, "nodes.count": 2, "algo.local-steps": 128, "algo.num-envs": 2, "num-server-rounds": 2,

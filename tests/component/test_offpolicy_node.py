@@ -14,9 +14,9 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from fedrl.config import DEFAULTS, from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower.client import handle_train
+from fedrl.server.federation import Federation
 from fedrl.validate import check, validate
 from fedrl.wire import Reply
 

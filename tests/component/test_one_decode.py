@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedrl import federation
 from fedrl.compression import ef21
 from fedrl.config import from_run_config
-from fedrl.federation import Federation
 from fedrl.model.layout import flatten
+from fedrl.server import federation
+from fedrl.server.federation import Federation
 from tests.inprocess import run_rounds, task  # noqa: F401 - the fixture
 
 RUN = {"nodes.count": 3, "num-server-rounds": 2, "algo.local-steps": 256, "eval.episodes": 1,

@@ -7,8 +7,8 @@ import pytest
 
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
 from fedrl.model.layout import unflatten
+from fedrl.server.federation import Federation
 from fedrl.wire import Reply
 
 AUDITED = {"nodes.count": 8, "num-server-rounds": 10, "privacy.mode": "central", "privacy.clip-norm": 0.5,

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from fedrl import secure_sum
 from fedrl.config import from_run_config
-from fedrl.federation import Federation
 from fedrl.model.layout import flatten
 from fedrl.privacy import epsilon_after
-from fedrl.snapshot import restore, snapshot
+from fedrl.server import secure_sum
+from fedrl.server.federation import Federation
+from fedrl.server.snapshot import restore, snapshot
 from fedrl.wire import Reply
 
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1, "strategy.server-lr": 1.0}

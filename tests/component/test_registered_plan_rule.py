@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from fedrl.config import from_run_config
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.model.layout import flatten
 from fedrl.registry.rules import register, unregister
 from fedrl.rules.star import Mean
+from fedrl.server.federation import Federation
 from tests.inprocess import run_rounds, task  # noqa: F401 - the fixture
 
 

@@ -33,13 +33,13 @@ from hypothesis import strategies as st
 from fedrl.compression.base import Compressed
 from fedrl.compression.pipeline import compress, rng_for, uplink_scale
 from fedrl.config import from_run_config
-from fedrl.federation import Federation
 from fedrl.flower import codec
 from fedrl.flower import secure_codec as sc
 from fedrl.flower.hostile import npy_bytes as _npy
 from fedrl.flower.transport import Answer, check_reply, decode_reply_safely
 from fedrl.model.layout import flatten
 from fedrl.secagg import Masked
+from fedrl.server.federation import Federation
 from fedrl.wire import Reply
 
 # Pinned: these tests check exact aggregation formulas on replies without observation statistics

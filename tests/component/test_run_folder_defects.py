@@ -16,10 +16,10 @@ import pytest
 from fedrl import checkpoint
 from fedrl.config import from_run_config
 from fedrl.errors import RunFileError
-from fedrl.federation import Federation
 from fedrl.results import METRICS
-from fedrl.rundir import resolve_run_folder
-from fedrl.snapshot import snapshot
+from fedrl.server.federation import Federation
+from fedrl.server.rundir import resolve_run_folder
+from fedrl.server.snapshot import snapshot
 
 SMALL = {"nodes.count": 2, "algo.local-steps": 256, "eval.episodes": 1, "num-server-rounds": 5,
          "run-name": "r"}

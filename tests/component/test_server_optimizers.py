@@ -6,9 +6,9 @@ import numpy as np
 
 from fedrl.checkpoint import Checkpoint
 from fedrl.config import from_run_config
-from fedrl.federation import Federation
 from fedrl.model.layout import flatten, unflatten
-from fedrl.snapshot import restore, snapshot
+from fedrl.server.federation import Federation
+from fedrl.server.snapshot import restore, snapshot
 from fedrl.wire import Reply
 
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1}

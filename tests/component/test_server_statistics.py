@@ -10,11 +10,11 @@ import pytest
 
 from fedrl.config import DEFAULTS, from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
 from fedrl.model.moments import Moments
 from fedrl.node import RoundStart, build_pipeline, node_setup
 from fedrl.rl.networks import ActorCritic
 from fedrl.rl.obs_stats import rollout_moments
+from fedrl.server.federation import Federation
 from fedrl.validate import check
 from fedrl.wire import NodeState
 

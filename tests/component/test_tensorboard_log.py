@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from fedrl.centralized import run_centralized
 from fedrl.config import from_run_config
-from fedrl.federation import Federation
 from fedrl.results import METRICS
-from fedrl.rundir import end_round, finish, resolve_run_folder
+from fedrl.server.centralized import run_centralized
+from fedrl.server.federation import Federation
+from fedrl.server.rundir import end_round, finish, resolve_run_folder
 from fedrl.tensorboard_log import BY_ENV_STEPS, FOLDER, scalars
 
 SMALL = {"nodes.count": 2, "algo.local-steps": 256, "eval.episodes": 1, "num-server-rounds": 3, "run-name": "tb",

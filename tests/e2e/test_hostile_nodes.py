@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 KINDS = REPLY_ATTACKS + RECORD_ATTACKS
 HOSTILE_NODES = [1, 2, 4, 5, 7, 8, 10, 11, 13, 14]  # interleaved: the 6 honest nodes span every pole length
-# What stops each kind: the decoder (fedrl.flower.codec) or a server check (fedrl.guards).
+# What stops each kind: the decoder (fedrl.flower.codec) or a server check (fedrl.server.guards).
 REASON = {
     "huge-weights": "strategy.max-update-norm", "nan-weights": "non-finite", "lie-steps": "the plan asked for",
     "bad-moments": "observation", "wrong-node": "asked for", "wrong-shape": "malformed reply",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedrl.config import from_run_config
-from fedrl.federation import initial_weights, policy_spec, variants_of
+from fedrl.server.federation import initial_weights, policy_spec, variants_of
 from tests.e2e.harness import REPO, LocalFlower
 
 pytestmark = pytest.mark.slow

@@ -14,22 +14,21 @@ from pathlib import Path
 
 # Server-side modules and packages (a package name covers everything under it).
 SERVER_ONLY = (
+    "fedrl.server",  # the federation, its round, reply checks, selection, run folder and checkpoint
     "fedrl.aggregation",  # aggregation rules
     "fedrl.rules",  # server rules (their names are in fedrl.registry)
     "fedrl.privacy.server",  # central DP mechanisms and ledger
     "fedrl.secagg.server",  # the secure-aggregation server's state machine
-    "fedrl.selection",  # which nodes train
     "fedrl.topology.hierarchy",  # edge assignment, cloud averaging
-    "fedrl.federation",
     "fedrl.flower.server_loop",
-    "fedrl.flower.async_loop",
-    "fedrl.flower.secure_round",
+    "fedrl.flower.plain_exchange",
+    "fedrl.flower.async_exchange",
+    "fedrl.flower.secure_exchange",
     "fedrl.flower.serverapp",
-    "fedrl.snapshot",
-    "fedrl.rundir",
 )
-# Names only: the config's choices come from the registries; the rules themselves load on first use.
-CLIENT_MAY_LOAD = frozenset({"fedrl.rules", "fedrl.registry.rules"})
+# Server-side modules the ClientApp may load anyway: none (the config's choices come from fedrl.registry,
+# which loads no rule).
+CLIENT_MAY_LOAD: frozenset[str] = frozenset()
 
 # Server-side modules the ClientApp loads today, each with the chain that loads it; its owner removes
 # the entry with the fix. Empty: a new entry needs a reason, and a stale one fails below.

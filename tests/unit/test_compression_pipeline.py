@@ -12,14 +12,13 @@ from fedrl.compression.pipeline import (
     Stage,
     compress,
     decompress,
-    flatten,
     rng_for,
     stage,
     training_start,
-    unflatten,
 )
 from fedrl.compression.ring_codes import RingCoding, pack_ring, required_ring_bits, unpack_ring
 from fedrl.config import CompressionConfig
+from fedrl.model.layout import flatten, unflatten
 
 LIKE = [np.zeros((3, 4), np.float32), np.zeros(5, np.float32)]
 

@@ -1,5 +1,5 @@
 """Held-out variants (eval.held-out): fedrl.envs.variants.sample_heldout's contract, the fields of
-fedrl.heldout, and the config key's range."""
+fedrl.server.heldout, and the config key's range."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from fedrl.envs.parsing import parse_vary
 from fedrl.envs.variants import sample_heldout, sample_variant
 from fedrl.errors import ConfigError
 from fedrl.experiment import heldout_variants_of, variants_of
-from fedrl.heldout import row_fields, summary_fields
 from fedrl.seeding import HELDOUT
+from fedrl.server.heldout import row_fields, summary_fields
 
 WIDE = "length=uniform(0.1, 1.0); masscart=loguniform(0.5, 1.5); force_mag=linspace(5, 15); masspole=choice(0.05, 0.1, 0.2, 0.4, 0.8)"
 
@@ -185,7 +185,7 @@ def test_summary_fields_evaluate_the_final_model_when_no_row_fits(rows: list[dic
 def test_row_fields_of_returns_read_back_with_a_null_do_not_fail() -> None:
     import math
 
-    from fedrl.heldout import row_fields, summary_fields
+    from fedrl.server.heldout import row_fields, summary_fields
     assert row_fields([10.0, 30.0]) == {"heldout_returns": [10.0, 30.0], "heldout_mean_return": 20.0,
                                         "heldout_min_return": 10.0}
     out = row_fields([10.0, None])  # type: ignore[list-item]

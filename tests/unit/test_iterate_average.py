@@ -1,11 +1,11 @@
-"""``fedrl.iterate_average``: the bias-corrected moving average of the server's models (strategy.ema)."""
+"""``fedrl.server.iterate_average``: the bias-corrected moving average of the server's models (strategy.ema)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fedrl.iterate_average import IterateAverage
+from fedrl.server.iterate_average import IterateAverage
 
 
 def _avg(decay: float, values: list[float]) -> IterateAverage:

@@ -88,8 +88,8 @@ def test_a_share_outside_zero_to_one_names_the_key(value: float) -> None:
 
 
 def test_the_node_and_the_server_plan_the_same_parts_for_the_run_model() -> None:
-    from fedrl.federation import Federation
     from fedrl.node.setup import node_setup
+    from fedrl.server.federation import Federation
 
     cfg = from_run_config({**CENTRAL, "nodes.count": 4, "privacy.clip-norm": 0.3})
     node = node_setup(cfg).privacy

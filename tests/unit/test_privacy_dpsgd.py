@@ -13,11 +13,11 @@ from opacus.accountants import RDPAccountant
 from fedrl.config import from_run_config
 from fedrl.envs.make import make_vector_env
 from fedrl.errors import ConfigError
-from fedrl.federation import initial_weights, policy_spec, variants_of
 from fedrl.privacy.plan import sample_plan
 from fedrl.rl.dpsgd import module_errors
 from fedrl.rl.networks import ActorCritic, PolicySpec
 from fedrl.rl.train import LocalPlan, NodeState, iterations_per_round, train_locally
+from fedrl.server.federation import initial_weights, policy_spec, variants_of
 
 DPSGD = {"privacy.dpsgd": True, "privacy.dpsgd-noise-multiplier": 1.1, "privacy.dpsgd-clip-norm": 0.5,
          "algo.local-steps": 512, "algo.hidden": "16", "nodes.count": 2}

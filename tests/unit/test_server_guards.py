@@ -1,4 +1,4 @@
-"""The server's checks on replies (fedrl.guards) and the non-finite guard on every aggregation path."""
+"""The server's checks on replies (fedrl.server.guards) and the non-finite guard on every aggregation path."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from fedrl.attacks import attack_plan
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
-from fedrl.guards import moments_problem, steps_problem, update_norm
 from fedrl.model.layout import flatten, unflatten
 from fedrl.model.moments import Moments
+from fedrl.server.federation import Federation
+from fedrl.server.guards import moments_problem, steps_problem, update_norm
 from fedrl.topology.gossip import Mix
 from fedrl.wire import Reply
 

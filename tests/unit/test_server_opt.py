@@ -8,7 +8,7 @@ import pytest
 from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings, annealed_lr
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
+from fedrl.server.federation import Federation
 from fedrl.validate import check
 from fedrl.wire import Reply
 

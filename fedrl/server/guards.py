@@ -29,8 +29,8 @@ from fedrl.rl.networks import check_weights
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from fedrl.federation import Federation
     from fedrl.rules.base import ServerRule
+    from fedrl.server.federation import Federation
     from fedrl.wire import Reply
 
 

@@ -8,10 +8,14 @@ round needs, and the sum into the mean update to apply (with DP: one ledger step
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from fedrl.compression.ring_codes import RingCoding, required_ring_bits
-from fedrl.federation import Federation
+
+if TYPE_CHECKING:
+    from fedrl.server.federation import Federation
 
 
 def ring_bits(fed: Federation, nodes: int) -> int:

@@ -56,7 +56,7 @@ class IterateAverage:
 
     def load_checkpoint(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], n: int) -> None:
         """Restore what ``to_checkpoint`` wrote for a model of ``n`` arrays (shapes are checked by
-        ``fedrl.snapshot_checks``)."""
+        ``fedrl.server.snapshot_checks``)."""
         self.weight = float(meta.get("ema_weight", 0.0))
         names = [f"{PREFIX}{i}" for i in range(n)]
         self.mean = [np.asarray(arrays[k], np.float64).copy() for k in names] if names[0] in arrays else None

@@ -15,14 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from fedrl import checkpoint, heldout
+from fedrl import checkpoint
 from fedrl.best import Best, improves, last_evals_min, table_line
 from fedrl.config import to_flat
 from fedrl.errors import ConfigError
-from fedrl.federation import Federation
 from fedrl.privacy.node import dpsgd_field
 from fedrl.results import BEST_MODEL, RunFolder
-from fedrl.snapshot import best_of, restore, snapshot
+from fedrl.server import heldout
+from fedrl.server.federation import Federation
+from fedrl.server.snapshot import best_of, restore, snapshot
 
 log = logging.getLogger("fedrl")
 

@@ -18,9 +18,9 @@ import torch
 from fedrl.algorithms.base import TrainJob
 from fedrl.config import Config
 from fedrl.envs.batched import make_batched_env
-from fedrl.federation import Federation
 from fedrl.registry.algorithms import get as algorithm
-from fedrl.rundir import end_round, finish, resolve_run_folder
+from fedrl.server.federation import Federation
+from fedrl.server.rundir import end_round, finish, resolve_run_folder
 from fedrl.wire import LocalPlan, NodeState
 
 

@@ -8,7 +8,7 @@ non-finite value in any float array, a model average (``strategy.ema``) missing 
 observation statistics with a negative count or second moment, per-node records for nodes the
 federation does not have, a best evaluation (``fedrl.best``) that is malformed or after the
 checkpoint's round. Each is one ``RunFileError`` naming the file and the field. Whether the
-experiment is the same (the config) is ``fedrl.snapshot.restore``'s check, which runs first.
+experiment is the same (the config) is ``fedrl.server.snapshot.restore``'s check, which runs first.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import numpy as np
 from fedrl.best import Best
 from fedrl.checkpoint import Checkpoint
 from fedrl.errors import RunFileError
-from fedrl.federation import Federation
 from fedrl.rules.per_node import Gossip
+from fedrl.server.federation import Federation
 
 
 def _count(src: object, meta: Mapping[str, Any], key: str, hi: float = math.inf, required: bool = True) -> None:

@@ -17,8 +17,8 @@ from fedrl.best import Best
 from fedrl.checkpoint import Checkpoint
 from fedrl.config import LOCATION_KEYS, to_flat
 from fedrl.errors import ConfigError, RunFileError
-from fedrl.federation import Federation
-from fedrl.snapshot_checks import check_fits
+from fedrl.server.federation import Federation
+from fedrl.server.snapshot_checks import check_fits
 
 
 def snapshot(fed: Federation, started: float, best: Best | None = None) -> Checkpoint:
@@ -67,7 +67,7 @@ def restore(fed: Federation, ck: Checkpoint, src: object = "checkpoint") -> None
     Raises:
         ConfigError: on ``resume`` when the experiment changed.
         RunFileError: naming ``src`` and the field when the contents do not fit the config
-            (``fedrl.snapshot_checks``, which leaves ``fed`` unchanged when it refuses).
+            (``fedrl.server.snapshot_checks``, which leaves ``fed`` unchanged when it refuses).
     """
     now, then = to_flat(fed.cfg), ck.meta.get("config")
     if not isinstance(then, dict):

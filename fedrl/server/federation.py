@@ -2,11 +2,11 @@
 
 ``Federation`` moves data between its components and makes no aggregation decision itself:
 the **server rule** (``fedrl.rules``: the models it keeps, their observation statistics, its
-server step; central DP wraps it), **selection** (``fedrl.selection``), **compression** (the
+server step; central DP wraps it), **selection** (``fedrl.server.selection``), **compression** (the
 uplink stage and EF21's memory decode replies; one downlink broadcaster per model slot),
-**privacy** (``fedrl.privacy.server``), **evaluation** (``fedrl.evaluation``) and the run's
+**privacy** (``fedrl.privacy.server``), **evaluation** (``fedrl.server.evaluation``) and the run's
 **counters**. The Flower loops in ``fedrl.flower`` only move its plans and replies over the
-wire; the checkpoint is the union of the components' states (``fedrl.snapshot``).
+wire; the checkpoint is the union of the components' states (``fedrl.server.snapshot``).
 
 Observation normalization federates as pooled statistics: nodes train with the server's
 statistics merged with what they see, report only this round's moments, and the rule merges
@@ -24,18 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from fedrl import guards
 from fedrl.aggregation.fedavg import delta_of
 from fedrl.attacks import attackers
 from fedrl.compression.downlink import Broadcaster, Downlink
 from fedrl.compression.ef21 import ServerEF21
 from fedrl.compression.pipeline import decompress, stage, uplink_scale
 from fedrl.config import Config
-from fedrl.counters import Counters
 from fedrl.errors import ConfigError
-from fedrl.evaluation import Evaluation
 from fedrl.experiment import initial_weights, policy_spec, variants_of
-from fedrl.iterate_average import IterateAverage
 from fedrl.model.layout import flatten, unflatten
 from fedrl.privacy.audit import AuditResult
 from fedrl.privacy.plan import plan_for
@@ -47,7 +43,11 @@ from fedrl.rl.train import uses_norm
 from fedrl.rules.asynchronous import Asynchronous
 from fedrl.rules.base import Model, RuleSetup, ServerRule, Update
 from fedrl.rules.private import Private
-from fedrl.selection import Selector
+from fedrl.server import guards, secure_sum
+from fedrl.server.counters import Counters
+from fedrl.server.evaluation import Evaluation
+from fedrl.server.iterate_average import IterateAverage
+from fedrl.server.selection import Selector
 from fedrl.topology.gossip import Mix
 from fedrl.wire import LocalPlan, Reply
 
@@ -128,13 +128,40 @@ class Federation:
         return self.evaluation.target
 
     @property
+    def exchange_kind(self) -> str:
+        """How rounds travel: ``asynchronous`` (the rule steps as replies arrive), ``secure`` (the
+        server sees only sums, ``secagg.enabled``) or ``plain``."""
+        if self.asyn is not None:
+            return "asynchronous"
+        return "secure" if self.cfg.secagg.enabled else "plain"
+
+    @property
+    def obs_dim(self) -> int:
+        """The observation size replies' statistics must have."""
+        return int(self.spec.obs_dim)
+
+    def privacy_line(self) -> str | None:
+        """The run's privacy plan in one line (None without DP)."""
+        return None if self.privacy is None else self.privacy.line(self.cfg.num_server_rounds)
+
+    # --- the wire's counters (fedrl.server.counters) -----------------------------------------
+    def count_sent(self, nbytes: int) -> None:
+        self.counters.sent(nbytes)
+
+    def count_received(self, nbytes: int) -> None:
+        self.counters.received(nbytes)
+
+    def ran(self, seconds: float) -> None:
+        self.counters.ran(seconds)
+
+    @property
     def clip(self) -> float:
         """This round's DP clip norm (adaptive clipping moves it; 0 without DP)."""
         return self.dp.clip if self.dp is not None else 0.0
 
     # --- planning -------------------------------------------------------------------------
     def select(self, rnd: int) -> list[int]:
-        """Nodes trained in round ``rnd`` (``fedrl.selection``)."""
+        """Nodes trained in round ``rnd`` (``fedrl.server.selection``)."""
         return self.selector.select(rnd)
 
     def dp_denominator(self, rnd: int) -> float:
@@ -149,7 +176,7 @@ class Federation:
 
     def server_model(self) -> Model:
         """The model the run stands for: the global model, the cloud model, or (gossip) the average;
-        with ``strategy.ema`` the moving average of those (``fedrl.iterate_average``)."""
+        with ``strategy.ema`` the moving average of those (``fedrl.server.iterate_average``)."""
         if self.average is not None and self.average.mean is not None:
             return self.average.model()
         return self.rule.server_model(self.round)
@@ -183,7 +210,7 @@ class Federation:
     def delta(self, reply: Reply) -> Model:
         """The reply's update: decoded payload, or trained weights minus the weights sent."""
         base = self.sent(reply.node)
-        if reply.decoded is not None:  # checked: decoded once, by fedrl.guards.checked
+        if reply.decoded is not None:  # checked: decoded once, by fedrl.server.guards.checked
             return reply.decoded
         if reply.update is not None and self.ef21 is not None:
             return unflatten(self.ef21.estimate(reply.node, reply.ef_base, reply.update), base)
@@ -192,6 +219,23 @@ class Federation:
             vec = vec * np.float32(uplink_scale(self.cfg, self.up, self.round + 1))
             return unflatten(vec, base)
         return delta_of(reply.weights, base)
+
+    def note_selection(self, asked: list[int], missed: list[int]) -> None:
+        """Tell selection who was sent a plan and who failed or missed the deadline (``fedrl.server.selection``)."""
+        self.selector.note(asked, missed)
+
+    def ring_bits(self, nodes: int) -> int:
+        """The secure-aggregation ring width for a round of ``nodes`` nodes (``secure_sum.ring_bits``)."""
+        return secure_sum.ring_bits(self, nodes)
+
+    def dp_share(self, slot: int) -> float:
+        """The part of the round's selected nodes model slot ``slot``'s secure sum stands for (DP)."""
+        return self.rule.dp_share(slot)
+
+    def account_sums(self) -> None:
+        """One ledger step for a round of several disjoint noised sums (no-op without DP)."""
+        if self.dp is not None:
+            self.dp.account()
 
     def note_delivery(self, rnd: int, good: list[int], bad: list[int]) -> None:
         """Record which nodes now hold round ``rnd``'s broadcast (a usable reply proves it)."""
@@ -202,7 +246,7 @@ class Federation:
 
     # --- aggregation ----------------------------------------------------------------------
     def validate(self, reply: Reply, expected_node: int) -> str | None:
-        """Why a reply must be left out of the aggregate, or None if it is usable (``fedrl.guards``)."""
+        """Why a reply must be left out of the aggregate, or None if it is usable (``fedrl.server.guards``)."""
         return guards.reply_problem(self, reply, expected_node)
 
     def check(self, reply: Reply, expected_node: int) -> Reply | str:
@@ -254,7 +298,7 @@ class Federation:
         Returns the round's closing fields for metrics.jsonl (why its aggregate was undone; with DP
         the ε spent so far and the clip norm the round released under, fixed when it began), then
         sets the next round's clip norm; ``strategy.ema`` folds the model into the average. A
-        restored checkpoint sets ``round`` instead (``fedrl.snapshot``).
+        restored checkpoint sets ``round`` instead (``fedrl.server.snapshot``).
 
         The synchronous and asynchronous loops both record a round with this, so they cannot
         disagree on which clip norm a row shows (the asynchronous loop once showed the next step's)."""
@@ -287,8 +331,19 @@ class Federation:
                             decoded=None)
         return self.asyn.receive(reply, version, base, self.round, self.guarded)
 
+    def hold_version(self) -> int:
+        """Keep the current model as the version a node is sent (``release_version`` lets it go)."""
+        assert self.asyn is not None
+        self.asyn.versions.acquire(self.round, self.models[0])
+        return self.round
+
+    def release_version(self, version: int) -> Model:
+        """The model of ``version`` (what a node trained from), released once."""
+        assert self.asyn is not None
+        return self.asyn.versions.release(version)
+
     def flush_buffer(self) -> list[tuple[int, int]]:
-        """FedBuff: step with what is buffered; (node, staleness) of each."""
+        """Step with what the rule buffers (FedBuff; FedAsync buffers nothing); (node, staleness) of each."""
         assert self.asyn is not None
         return self.asyn.flush(self.round, self.guarded)
 
