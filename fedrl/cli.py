@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "check" and "--list" in rest:
-        from fedrl.compat import table
         from fedrl.features import FEATURES
+        from fedrl.features.compat import table
         from fedrl.features.components import declarations_table
 
         for k, v in DEFAULTS.items():
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in COMMANDS:
         print(f"fedrl: unknown command {cmd!r}; one of {', '.join(COMMANDS)} (fedrl --help)", file=sys.stderr)
         return 2
-    from fedrl.validate import check, config_warnings
+    from fedrl.checks.validate import check, config_warnings
 
     try:
         cfg = check(resolved_run_config(rest))
@@ -136,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _export(rest: list[str]) -> int:
-    from fedrl.export import FORMATS, export
-    from fedrl.final_model import WHICH
+    from fedrl.runfolder.export import FORMATS, export
+    from fedrl.runfolder.final_model import WHICH
 
     ap = _Parser(prog="fedrl export")
     ap.add_argument("run_dir", type=Path)
@@ -157,7 +157,7 @@ def _export(rest: list[str]) -> int:
 
 
 def _compare(rest: list[str]) -> int:
-    from fedrl.compare import X_AXES, compare
+    from fedrl.runfolder.compare import X_AXES, compare
 
     ap = _Parser(prog="fedrl compare")
     ap.add_argument("run_dirs", type=Path, nargs="*", metavar="RUN_DIR",
@@ -177,7 +177,7 @@ def _compare(rest: list[str]) -> int:
 
 
 def _certs(rest: list[str]) -> int:
-    from fedrl.certs import main as certs_main  # parses and checks its own arguments (one line, exit 2)
+    from fedrl.flower.certs import main as certs_main  # parses and checks its own arguments (one line, exit 2)
 
     return certs_main(rest)
 
@@ -220,8 +220,8 @@ def _hand_over(rest: list[str], output_dir: str) -> int:
 def _pairs_for_flower(rest: list[str]) -> list[str]:
     """``rest`` with a preset's TOML file replaced by its values as ``key=value`` pairs, since
     ``flwr run`` refuses a TOML file next to the ``output-dir`` pair this command adds."""
+    from fedrl.config.overrides import is_toml_file
     from fedrl.flower.runconfig import as_flower_overrides
-    from fedrl.overrides import is_toml_file
 
     _, overrides = _split(rest)
     if not is_toml_file(overrides):

@@ -41,7 +41,7 @@ def policy_spec(cfg: Config, variant: dict[str, float]) -> PolicySpec:
         spec = spec_for(env.observation_space, env.action_space, cfg.algo.hidden_sizes)
     finally:
         env.close()
-    mirror = mirror_for(cfg.env.id) if cfg.algo.mirror else None  # fedrl.validate refuses an id without one
+    mirror = mirror_for(cfg.env.id) if cfg.algo.mirror else None  # fedrl.checks.validate refuses an id without one
     return replace(spec, obs_mirror=mirror.obs, action_mirror=mirror.action) if mirror is not None else spec
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from benchmark import BIN, REPO, Flower, _join
 
-from fedrl.compare import spread
+from fedrl.runfolder.compare import spread
 
 SUITES: dict[str, str] = {
     "dqn-cartpole": "algo.name='dqn' env.id='CartPole-v1' env.vary='length=linspace(0.4, 1.2); "

@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark import BIN, REPO, Flower, _join
 
-from fedrl import atomic
+from fedrl.storage import atomic
 
 REFERENCE_OFF = ("privacy.mode='off' privacy.target-epsilon=0.0 privacy.noise-multiplier=0.0 "
                  "privacy.adaptive-clip=false privacy.audit-canaries=0 privacy.unsafe-no-noise=false")
@@ -88,9 +88,9 @@ def overrides(run: dict[str, str], common: str) -> str:
 
 def check_all(runs: list[dict[str, str]], common: str) -> None:
     """Fail before the first run on any grid point fedrl would refuse (naming the key)."""
+    from fedrl.checks.validate import check
     from fedrl.cli import resolved_run_config
     from fedrl.errors import ConfigError
-    from fedrl.validate import check
 
     for run in runs:
         try:

@@ -22,8 +22,8 @@ import torch
 from fedrl.config import from_run_config
 from fedrl.envs.batched import make_batched_env
 from fedrl.experiment import variants_of
-from fedrl.export import load_policy
 from fedrl.rl.rollout import to_env_actions
+from fedrl.runfolder.export import load_policy
 
 
 def replay(run_dir: Path, which: str, episodes: int, seed: int) -> np.ndarray:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrl.schedule import linear
+from fedrl.config.schedule import linear
 
 OPTIMIZERS = ("fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi")
 

@@ -103,7 +103,7 @@ class Algorithm(ABC):
 
     def check(self, cfg: Config) -> None:
         """Refuse, with a ``ConfigError`` naming the key, settings this algorithm cannot run
-        (called before round 1 by ``fedrl.validate``). The default accepts everything."""
+        (called before round 1 by ``fedrl.checks.validate``). The default accepts everything."""
 
     def round_lr(self, cfg: Config, rnd: int) -> float:
         """The mean step size of round ``rnd``'s local optimizer (error feedback rescales owed

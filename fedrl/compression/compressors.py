@@ -63,7 +63,7 @@ def unregister(name: str) -> None:
 
 
 def check_up(value: object) -> str | None:
-    """A config check (``fedrl.config_checks``) for ``compression.up``: any registered compressor."""
+    """A config check (``fedrl.config.checks``) for ``compression.up``: any registered compressor."""
     return None if value in KINDS else f"allowed: {', '.join(KINDS)}"
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fedrl.aggregation.asynchronous import ASYNC_RULES
 from fedrl.aggregation.robust import ROBUST_RULES
 from fedrl.aggregation.server_opt import OPTIMIZERS
-from fedrl.compat import Feature, Rule, setting
 from fedrl.config import SERVER_LR_END
+from fedrl.features.compat import Feature, Rule, setting
 
 _SERVER_OPTIMIZERS = tuple(o for o in OPTIMIZERS if o != "fedavg")
 _BEYOND_FEDPROX = ("server-optimizer", "robust-rule", "asynchronous-rule", "local")  # every strategy.name but these two

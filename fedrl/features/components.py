@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedrl.compat import Feature, Rule
 from fedrl.config import Config
+from fedrl.features.compat import Feature, Rule
 
 DP_BY_THE_RULE = ("central", "local")  # modes whose noise or ledger the server rule carries (DP-FedAvg's mean)
 

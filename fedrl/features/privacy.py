@@ -6,7 +6,7 @@ computed and checked by ``fedrl.privacy.plan``; the algorithm checks its own DP-
 
 from __future__ import annotations
 
-from fedrl.compat import Feature, Rule, setting
+from fedrl.features.compat import Feature, Rule, setting
 from fedrl.features.settings import NORM_OBS_ON
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from fedrl.attacks import HOSTILE, kind_names
-from fedrl.compat import Feature, Rule, setting
 from fedrl.config import Config
+from fedrl.features.compat import Feature, Rule, setting
 from fedrl.features.components import UNMASKABLE_UPLINK
 from fedrl.features.settings import NORM_OBS_ON
+from fedrl.inject.attacks import HOSTILE, kind_names
 
-# fedrl.dropout.SECAGG_STAGES, not imported: fedrl.dropout loads torch, and check --list need not (a test
+# fedrl.inject.dropout.SECAGG_STAGES, not imported: fedrl.inject.dropout loads torch, and check --list need not (a test
 # checks that the two agree)
 SECAGG_STAGES = ("advertise", "share", "mask", "unmask")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fedrl.compat import Feature, Rule, setting, value
 from fedrl.config import Config, node_statistics_travel
+from fedrl.features.compat import Feature, Rule, setting, value
 
 NORM_OBS_ON = "observation normalization on (algo.norm-obs; auto is on for continuous actions)"
 

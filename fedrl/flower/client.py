@@ -21,15 +21,15 @@ from pathlib import Path
 import torch
 from flwr.app import Context, Message, RecordDict
 
-from fedrl import durable
 from fedrl.compression.downlink import Downlink
 from fedrl.config import from_run_config
-from fedrl.dropout import maybe_fail
 from fedrl.flower import codec, secure_client
 from fedrl.flower.cohort_codec import decode_cohort, encode_cohort, is_cohort
 from fedrl.flower.replies import ReplyKind, reply_for
+from fedrl.inject.dropout import maybe_fail
 from fedrl.node import NodePipeline, NodeSetup, RoundStart, build_pipeline, node_setup
 from fedrl.node.cohort import run_cohort
+from fedrl.storage import durable
 from fedrl.topology.gossip import Mix
 from fedrl.wire import LocalPlan, NodeState
 

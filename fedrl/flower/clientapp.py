@@ -9,7 +9,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from fedrl.flower.client import handle_query, handle_secure, handle_train
-from fedrl.logs import setup_logging
+from fedrl.runfolder.logs import setup_logging
 
 Handler = Callable[[Message, Context], Message]
 

@@ -1,5 +1,5 @@
 """Hostile replies for experiments and tests (``attack.name``; the kinds are documented in
-``fedrl.attacks``): what a hostile node sends instead of its honest reply.
+``fedrl.inject.attacks``): what a hostile node sends instead of its honest reply.
 
 Poisoned replies (``REPLY_ATTACKS``) change the typed ``Reply`` before it is encoded, so they
 arrive well-formed; malformed records (``RECORD_ATTACKS``) rewrite the encoded record's first
@@ -13,11 +13,11 @@ import dataclasses
 import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 
-from fedrl.attacks import RECORD_ATTACKS, REPLY_ATTACKS
 from fedrl.compression.base import Compressed
 from fedrl.config import Config
 from fedrl.flower import codec
 from fedrl.flower.safe_arrays import NPY_MAGIC, NPY_STYPE
+from fedrl.inject.attacks import RECORD_ATTACKS, REPLY_ATTACKS
 from fedrl.model.moments import Moments
 from fedrl.wire import Reply
 
@@ -39,7 +39,7 @@ def hostile_content(kind: str, reply: Reply, cfg: Config, rnd: int, obs_dim: int
 
 
 def poison(kind: str, reply: Reply, cfg: Config, rnd: int, obs_dim: int) -> Reply:
-    """A well-formed reply that lies (see ``fedrl.attacks``)."""
+    """A well-formed reply that lies (see ``fedrl.inject.attacks``)."""
     if kind in ("huge-weights", "nan-weights"):
         value = HUGE if kind == "huge-weights" else np.nan
         update = None if reply.update is None else _fill(reply.update, value)
@@ -90,7 +90,7 @@ def npy_bomb(dtype: str = "<f4", shape: tuple[int, ...] = BOMB_SHAPE) -> bytes:
 
 
 def malform(kind: str, rec: RecordDict) -> RecordDict:
-    """``rec`` (an encoded reply) with its first array rewritten (see ``fedrl.attacks``;
+    """``rec`` (an encoded reply) with its first array rewritten (see ``fedrl.inject.attacks``;
     ``topk-overflow`` is a payload, made by ``hostile_content``)."""
     name, ar = next(iter(rec.array_records.items()))
     keys = list(ar)

@@ -12,9 +12,9 @@ from typing import ClassVar, Protocol
 
 from flwr.app import ConfigRecord, Context, RecordDict
 
-from fedrl.attacks import HOSTILE
 from fedrl.config import Config
 from fedrl.flower import codec, hostile, secure_client, secure_codec
+from fedrl.inject.attacks import HOSTILE
 from fedrl.node.flow import NodeUpdate
 from fedrl.node.setup import NodeSetup
 from fedrl.privacy.plan import PrivacyPlan

@@ -8,8 +8,8 @@ from typing import Any
 import tomllib
 from flwr.common.config import flatten_dict, parse_config_args
 
+from fedrl.config.overrides import as_pairs, check_override, is_toml_file
 from fedrl.errors import ConfigError
-from fedrl.overrides import as_pairs, check_override, is_toml_file
 
 
 def merged_run_config(app: Path, overrides: list[str]) -> dict[str, Any]:
@@ -18,7 +18,7 @@ def merged_run_config(app: Path, overrides: list[str]) -> dict[str, Any]:
 
     Raises:
         ConfigError: ``app`` when its pyproject.toml is missing, unreadable or not TOML;
-            ``--run-config`` for text Flower's parser would drop (``fedrl.overrides``) or refuses.
+            ``--run-config`` for text Flower's parser would drop (``fedrl.config.overrides``) or refuses.
     """
     pyproject = app / "pyproject.toml"
     if not pyproject.is_file():

@@ -16,10 +16,10 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
 
 from fedrl.compression.ring_codes import RingCoding, pack_ring, required_ring_bits, unpack_ring
 from fedrl.config import Config
-from fedrl.dropout import maybe_fail
 from fedrl.flower import secure_codec as sc
 from fedrl.flower.codec import PUBLIC_METRICS, REPORTED_METRICS, WireError
 from fedrl.flower.record_fields import array_record
+from fedrl.inject.dropout import maybe_fail
 from fedrl.privacy.noise import private_rng
 from fedrl.privacy.plan import PrivacyPlan
 from fedrl.secagg.client import ClientSession

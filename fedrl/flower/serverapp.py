@@ -7,10 +7,10 @@ import logging
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from fedrl.checks.validate import check, config_warnings
 from fedrl.errors import ConfigError
 from fedrl.flower.server_loop import run
-from fedrl.logs import setup_logging
-from fedrl.validate import check, config_warnings
+from fedrl.runfolder.logs import setup_logging
 
 log = logging.getLogger("fedrl")
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedrl.inject.speed import slowdown
 from fedrl.node import stages
 from fedrl.node.flow import NodeUpdate, Received, RoundStart
 from fedrl.node.setup import NodeSetup
 from fedrl.node.stages import NodeStage
-from fedrl.speed import slowdown
 
 Update = NodeStage[NodeUpdate, NodeUpdate]
 

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedrl.algorithms.base import Algorithm
-from fedrl.attacks import attack_plan
 from fedrl.compression.pipeline import Stage, stage
 from fedrl.config import Config
 from fedrl.envs.spec import parse_kwargs
 from fedrl.experiment import policy_spec, variants_of
+from fedrl.inject.attacks import attack_plan
 from fedrl.privacy.plan import PrivacyPlan, plan_for, sample_plan
 from fedrl.registry.algorithms import get as algorithm_named
 from fedrl.rl.networks import PolicySpec, get_weights, weight_layout

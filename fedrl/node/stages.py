@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 import numpy as np
 
 from fedrl.algorithms.base import Algorithm, CohortMember
-from fedrl.attacks import attack_update
 from fedrl.compression import ef21
 from fedrl.compression.downlink import Downlink, receive
 from fedrl.compression.pipeline import RESIDUAL_KEY, Stage, node_encode, rng_for, training_start, uplink_scale
 from fedrl.config import Config
+from fedrl.inject.attacks import attack_update
 from fedrl.model.layout import flatten, unflatten
 from fedrl.node.flow import NodeUpdate, Received, RoundStart
 from fedrl.privacy.node import PRIVATE_METRICS, privatize
@@ -165,7 +165,7 @@ class SlowDown:
 
 @dataclass(frozen=True)
 class ByzantineUpdate:
-    """A Byzantine node's update in place of the honest one (``fedrl.attacks.attack_update``),
+    """A Byzantine node's update in place of the honest one (``fedrl.inject.attacks.attack_update``),
     drawn from the node's attack stream for the round."""
 
     kind: str  # sign-flip or gaussian

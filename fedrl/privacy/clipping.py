@@ -18,7 +18,7 @@ import numpy as np
 from fedrl.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fedrl.config_features import PrivacyConfig
+    from fedrl.config.features import PrivacyConfig
 
 Parts = tuple[tuple[tuple[tuple[int, int], ...], float], ...]
 """``(slices, f)`` per part of the flat update: the values in its ``(start, stop)`` slices are

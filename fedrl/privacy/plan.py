@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 from fedrl.compression.ring_codes import RingCoding
 from fedrl.config import Config, node_statistics_travel
+from fedrl.config.schedule import linear
 from fedrl.errors import ConfigError
 from fedrl.privacy.accounting import Ledger, epsilon_after, noise_for_target
 from fedrl.privacy.clipping import Parts, parts_for
 from fedrl.privacy.crowd import crowd_sentence
 from fedrl.privacy.skellam import SkellamCoding, SkellamLedger, coding_for, z_for_target
-from fedrl.schedule import linear
 from fedrl.secagg.params import threshold_count
 
 if TYPE_CHECKING:

@@ -58,5 +58,5 @@ def get(name: str) -> Algorithm:
 
 
 def check_name(value: Any) -> str | None:
-    """A config check (``fedrl.config_checks.Check``) for ``algo.name``."""
+    """A config check (``fedrl.config.checks.Check``) for ``algo.name``."""
     return None if value in _REGISTRY else f"allowed: {', '.join(_REGISTRY)}"

@@ -82,5 +82,5 @@ def build(setup: RuleSetup) -> ServerRule:
 
 
 def check_name(value: Any) -> str | None:
-    """A config check (``fedrl.config_checks.Check``) for ``strategy.name``."""
+    """A config check (``fedrl.config.checks.Check``) for ``strategy.name``."""
     return None if value in _REGISTRY else f"allowed: {', '.join(_REGISTRY)}"

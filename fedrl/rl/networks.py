@@ -16,6 +16,8 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
+from fedrl.errors import ConfigError
+
 # Argument validation costs more than the forward pass of these small networks, and every
 # input is produced by our own code; turn it off for the rollout's hot loop.
 Distribution.set_default_validate_args(False)
@@ -57,7 +59,7 @@ def mirrored(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, spec: P
 
     ``x`` are the network's inputs, normalized observations: the mirror commutes with
     normalization only when the statistics are not centred (``algo.norm-obs-center = false``) or
-    there are none, which ``fedrl.validate`` requires.
+    there are none, which ``fedrl.checks.validate`` requires.
     """
     if not spec.obs_mirror:
         return f(x)
@@ -247,3 +249,28 @@ def spec_for(observation_space: object, action_space: object, hidden: tuple[int,
             tuple(float(x) for x in action_space.low), tuple(float(x) for x in action_space.high),
         )
     raise ValueError(f"actions must be Discrete or a flat Box, got {action_space}")
+
+
+# Bounds on a policy a config may ask for (checked before any weights are allocated)
+MAX_POLICY_PARAMS = 2**26
+MAX_LAYERS = 64
+
+
+def check_policy_size(spec: PolicySpec, make_model: Callable[[PolicySpec], nn.Module] = ActorCritic) -> int:
+    """The parameter count of ``make_model(spec)`` (the algorithm's), computed without allocating
+    (torch's meta device).
+
+    Raises:
+        ConfigError: ``algo.hidden`` when it exceeds ``MAX_POLICY_PARAMS``.
+    """
+    # bounds first: the meta device allocates nothing but still builds one module per layer
+    if len(spec.hidden) <= MAX_LAYERS and max(spec.hidden) <= MAX_POLICY_PARAMS:
+        with torch.device("meta"):
+            n = sum(p.numel() for p in make_model(spec).parameters())
+        if n <= MAX_POLICY_PARAMS:
+            return n
+        size = f"{n} parameters"
+    else:
+        size = f"{len(spec.hidden)} layers of up to {max(spec.hidden)} units"
+    raise ConfigError("algo.hidden", f"{','.join(map(str, spec.hidden))} gives a policy of {size}; at most "
+                                     f"{MAX_POLICY_PARAMS} parameters in at most {MAX_LAYERS} hidden layers")

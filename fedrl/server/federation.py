@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 
 from fedrl.aggregation.fedavg import delta_of
-from fedrl.attacks import attackers
 from fedrl.compression.downlink import Broadcaster, Downlink
 from fedrl.compression.ef21 import ServerEF21
 from fedrl.compression.pipeline import decompress, stage, uplink_scale
 from fedrl.config import Config
 from fedrl.errors import ConfigError
 from fedrl.experiment import initial_weights, policy_spec, variants_of
+from fedrl.inject.attacks import attackers
 from fedrl.model.layout import flatten, unflatten
 from fedrl.privacy.audit import AuditResult
 from fedrl.privacy.plan import plan_for

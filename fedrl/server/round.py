@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from fedrl.results import RunFolder
+from fedrl.runfolder.results import RunFolder
 from fedrl.server.delivery import Delivery
 from fedrl.server.federation import Federation
 from fedrl.server.rundir import end_round, stops_for_budget

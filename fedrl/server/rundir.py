@@ -2,7 +2,7 @@
 
 ``finish`` writes summary.json (keys fixed by DESIGN.md), the final model (``model.npz``),
 the PNG learning curves and prints the per-variant table. Every evaluation (``end_round``'s and
-the final one in ``finish``) may replace the best model, ``best_model.npz`` (``fedrl.best``).
+the final one in ``finish``) may replace the best model, ``best_model.npz`` (``fedrl.runfolder.best``).
 """
 
 from __future__ import annotations
@@ -15,25 +15,25 @@ from typing import Any
 
 import numpy as np
 
-from fedrl import checkpoint
-from fedrl.best import Best, improves, last_evals_min, table_line
 from fedrl.config import to_flat
 from fedrl.errors import ConfigError
 from fedrl.privacy.node import dpsgd_field
-from fedrl.results import BEST_MODEL, RunFolder
+from fedrl.runfolder.best import Best, improves, last_evals_min, table_line
+from fedrl.runfolder.results import BEST_MODEL, RunFolder
 from fedrl.server import heldout
 from fedrl.server.federation import Federation
 from fedrl.server.snapshot import best_of, restore, snapshot
+from fedrl.storage import checkpoint
 
 log = logging.getLogger("fedrl")
 
 
 def resolve_run_folder(fed: Federation) -> RunFolder:
     """Create a new run folder for ``fed.cfg``, or reopen one and restore ``fed`` from its checkpoint;
-    with ``log.tensorboard`` the folder's rows also go to TensorBoard (``fedrl.tensorboard_log``)."""
+    with ``log.tensorboard`` the folder's rows also go to TensorBoard (``fedrl.runfolder.tensorboard_log``)."""
     folder = _open_folder(fed)
     if fed.cfg.log.tensorboard:
-        from fedrl.tensorboard_log import TensorBoardLog
+        from fedrl.runfolder.tensorboard_log import TensorBoardLog
 
         board = TensorBoardLog(folder.path, to_flat(fed.cfg), fed.round, fed.counters.env_steps)
         folder.listeners.append(board.write)

@@ -3,7 +3,7 @@
 The checkpoint is the union of the components' states: the server rule's (models, observation
 statistics, server optimizer, its own metadata), the downlink broadcasts, EF21's memories, the
 privacy ledger, the model average (``strategy.ema``), the selection history, the counters, plus the run uid, the config it was made
-with and the best evaluation so far (``fedrl.best``); see ``fedrl.checkpoint`` for the atomic
+with and the best evaluation so far (``fedrl.runfolder.best``); see ``fedrl.storage.checkpoint`` for the atomic
 file format.
 """
 
@@ -13,12 +13,12 @@ import time
 
 import numpy as np
 
-from fedrl.best import Best
-from fedrl.checkpoint import Checkpoint
 from fedrl.config import LOCATION_KEYS, to_flat
 from fedrl.errors import ConfigError, RunFileError
+from fedrl.runfolder.best import Best
 from fedrl.server.federation import Federation
 from fedrl.server.snapshot_checks import check_fits
+from fedrl.storage.checkpoint import Checkpoint
 
 
 def snapshot(fed: Federation, started: float, best: Best | None = None) -> Checkpoint:

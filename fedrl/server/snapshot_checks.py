@@ -6,7 +6,7 @@ fit the run: a round outside ``[0, num-server-rounds]``, a negative or non-integ
 model or broadcast array of another shape than the model's (transposed weights included), a
 non-finite value in any float array, a model average (``strategy.ema``) missing or misshapen,
 observation statistics with a negative count or second moment, per-node records for nodes the
-federation does not have, a best evaluation (``fedrl.best``) that is malformed or after the
+federation does not have, a best evaluation (``fedrl.runfolder.best``) that is malformed or after the
 checkpoint's round. Each is one ``RunFileError`` naming the file and the field. Whether the
 experiment is the same (the config) is ``fedrl.server.snapshot.restore``'s check, which runs first.
 """
@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from fedrl.best import Best
-from fedrl.checkpoint import Checkpoint
 from fedrl.errors import RunFileError
 from fedrl.rules.per_node import Gossip
+from fedrl.runfolder.best import Best
 from fedrl.server.federation import Federation
+from fedrl.storage.checkpoint import Checkpoint
 
 
 def _count(src: object, meta: Mapping[str, Any], key: str, hi: float = math.inf, required: bool = True) -> None:

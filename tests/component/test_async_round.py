@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedrl.checks.validate import check
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
 from fedrl.model.layout import flatten, unflatten
 from fedrl.server.federation import Federation
-from fedrl.validate import check
 from fedrl.wire import Reply
 
 # Pinned: these tests check exact aggregation formulas on replies without observation statistics
@@ -186,7 +186,7 @@ def test_a_resumed_dp_fedbuff_run_that_spent_its_budget_releases_nothing(tmp_pat
 
     from fedrl.flower.async_exchange import AsyncExchange
     from fedrl.flower.transport import NodeMap
-    from fedrl.results import RunFolder
+    from fedrl.runfolder.results import RunFolder
     from fedrl.server.round import run_rounds
 
     fed = Federation(from_run_config({**SMALL, "strategy.name": "fedbuff", "strategy.buffer": 4, "num-server-rounds": 6,

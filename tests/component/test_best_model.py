@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from fedrl import checkpoint
-from fedrl.best import Best
 from fedrl.cli import main
 from fedrl.config import from_run_config
-from fedrl.results import BEST_MODEL, METRICS, MODEL, RunFolder
+from fedrl.runfolder.best import Best
+from fedrl.runfolder.results import BEST_MODEL, METRICS, MODEL, RunFolder
 from fedrl.server.centralized import run_centralized
 from fedrl.server.federation import Federation
 from fedrl.server.rundir import end_round, finish, resolve_run_folder
 from fedrl.server.snapshot import best_of
+from fedrl.storage import checkpoint
 
 # Pinned: these tests check exact aggregation formulas on replies without observation statistics
 # (the defaults turn normalization on and anneal the server step, issue 13).

@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args, get_type_hints
 import pytest
 from flwr.common.serde import recorddict_to_proto, user_config_to_proto
 
+from fedrl.checks.validate import check
 from fedrl.cli import main, resolved_run_config
 from fedrl.compression import compressors
 from fedrl.config import DEFAULTS, Config
@@ -27,7 +28,6 @@ from fedrl.flower.codec import encode_plan
 from fedrl.registry.algorithms import names as algorithm_names
 from fedrl.registry.rules import names as rule_names
 from fedrl.server.federation import Federation
-from fedrl.validate import check
 
 REPO = Path(__file__).resolve().parents[2]
 N, SEED = 500, 15

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from opacus.accountants import RDPAccountant
 
+from fedrl.checks.validate import check
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
 from fedrl.flower import codec
@@ -17,7 +18,6 @@ from fedrl.node import RoundStart, build_pipeline, node_setup
 from fedrl.server.federation import Federation
 from fedrl.topology.choco import PUBLIC_KEY
 from fedrl.topology.gossip import MODEL_KEY
-from fedrl.validate import check
 from fedrl.wire import NodeState
 
 SMALL = {"nodes.count": 4, "algo.local-steps": 128, "algo.num-envs": 2, "eval.episodes": 1, "algo.norm-obs": "off",

@@ -23,10 +23,10 @@ from flwr.common.config import parse_config_args
 
 from fedrl.cli import main
 from fedrl.config import from_run_config
+from fedrl.config.overrides import FLOWER_PAIR, check_override
 from fedrl.flower.hostile import npy_bomb
 from fedrl.model.moments import Moments
-from fedrl.overrides import FLOWER_PAIR, check_override
-from fedrl.results import BEST_MODEL, MODEL, RunFolder
+from fedrl.runfolder.results import BEST_MODEL, MODEL, RunFolder
 from fedrl.server.federation import Federation
 from fedrl.server.rundir import resolved_config
 

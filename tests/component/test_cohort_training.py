@@ -79,7 +79,7 @@ def test_a_cohort_trains_each_node_as_alone(env_id: str, prox_mu: float, center:
     alone_w, together_w = [start] * K, [start] * K
     alone_s, together_s = [NodeState({})] * K, [NodeState({})] * K
     moments = Moments.empty(spec.obs_dim)
-    worst, held = 0.0, 0.0
+    worst, held, stray = 0.0, 0.0, 0.0
     for rnd in range(1, ROUNDS + 1):
         plans = [LocalPlan(i, rnd, ROUNDS, cfg.seed, prox_mu, moments) for i in range(K)]
         alone = []
@@ -103,9 +103,16 @@ def test_a_cohort_trains_each_node_as_alone(env_id: str, prox_mu: float, center:
                     # The symmetric actor's biases get a gradient of 0 up to rounding: its output bias
                     # acts on no action's probability (a shift of every logit, or a part the mirror
                     # cancels), and with CartPole's mirror (every sign flipped) zero hidden biases are a
-                    # stationary point. They stay near 0 (measured: norms <= 3e-5 after 3 rounds in
-                    # float32), where only their absolute difference means anything.
-                    held = max(held, diff)
+                    # stationary point. Adam turns that rounding-level gradient into steps of its own
+                    # size, so in float32 each path's biases random-walk about 0 on their own (measured
+                    # 2026-12-06, here and on CI: norms up to 1.6e-4 on either path after 3 rounds, a
+                    # difference of 2.1e-4, about the sum of the two). What holds is that both paths
+                    # stay at the stationary point; in float64 the walk is ~1e-12 and the two paths
+                    # must agree to the tolerance.
+                    if dtype == torch.float64:
+                        held = max(held, diff)
+                    else:
+                        stray = max(stray, size, float(np.linalg.norm(y)))
                     continue
                 worst = max(worst, diff / max(size, 1e-6))
         alone_w, together_w = [r.weights for r in alone], [r.weights for r in together]
@@ -117,6 +124,7 @@ def test_a_cohort_trains_each_node_as_alone(env_id: str, prox_mu: float, center:
         if not center:  # about zero, as the nodes folded them (algo.norm-obs-center = false)
             np.testing.assert_array_equal(moments.mean, np.zeros(spec.obs_dim))
     assert worst < TOLERANCE[dtype] and held < TOLERANCE[dtype], (worst, held)
+    assert stray < 1e-3, stray  # float32: the stationary biases stayed at 0 on both paths
     # training happened: the weights moved far more than the tolerance
     flat = np.concatenate([w.ravel() for w in start])
     moved = np.concatenate([w.ravel() for w in alone_w[0]]) - flat

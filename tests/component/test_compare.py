@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedrl.cli import main
-from fedrl.compare import band, compare, find_runs, group_runs, labels
+from fedrl.runfolder.compare import band, compare, find_runs, group_runs, labels
 
 # final eval_min_return per (strategy, seed): fedavg 100/200/300, fedprox 400/500/(stopped early at 450)
 FINAL = {("fedavg", 0): 100.0, ("fedavg", 1): 200.0, ("fedavg", 2): 300.0,

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from fedrl.aggregation.fedavg import weighted_mean
+from fedrl.checks.validate import check
 from fedrl.cli import main
 from fedrl.compression import compressors
 from fedrl.compression.base import Compressed, Compressor
@@ -23,7 +24,6 @@ from fedrl.registry.rules import register, unregister
 from fedrl.rules.base import ServerRule, Update
 from fedrl.rules.private import Private
 from fedrl.server.federation import Federation
-from fedrl.validate import check
 
 SMALL = {"nodes.count": 3, "num-server-rounds": 2, "algo.local-steps": 256, "eval.episodes": 1,
          "algo.norm-obs": "off"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedrl.checks.validate import check
 from fedrl.compression.downlink import receive
 from fedrl.compression.pipeline import compress, rng_for, uplink_scale
 from fedrl.config import from_run_config
@@ -12,7 +13,6 @@ from fedrl.errors import ConfigError
 from fedrl.flower import codec
 from fedrl.model.layout import flatten
 from fedrl.server.federation import Federation
-from fedrl.validate import check
 from fedrl.wire import Reply
 
 # Pinned: these tests check exact aggregation formulas on replies without observation statistics

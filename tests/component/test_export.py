@@ -14,10 +14,10 @@ import torch
 from fedrl.cli import main
 from fedrl.config import from_run_config
 from fedrl.experiment import policy_spec, variants_of
-from fedrl.export import load_policy
 from fedrl.model.moments import Moments, normalize
 from fedrl.registry.algorithms import get as algorithm
 from fedrl.rl.networks import set_weights
+from fedrl.runfolder.export import load_policy
 from fedrl.server.centralized import run_centralized
 
 RUNS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrl.checkpoint import Checkpoint
+from fedrl.checks.validate import check
 from fedrl.config import from_run_config
 from fedrl.envs.make import make_vector_env
 from fedrl.errors import ConfigError
@@ -14,9 +14,9 @@ from fedrl.model.layout import flatten
 from fedrl.rl.train import NodeState, train_locally
 from fedrl.server.federation import Federation
 from fedrl.server.snapshot import restore, snapshot
+from fedrl.storage.checkpoint import Checkpoint
 from fedrl.topology import gossip
 from fedrl.topology.gossip import Mix
-from fedrl.validate import check
 from fedrl.wire import Reply
 
 # Pinned: these tests check exact aggregation formulas on replies without observation statistics

@@ -9,12 +9,12 @@ import pytest
 from flwr.app import Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedrl.attacks import RECORD_ATTACKS, REPLY_ATTACKS
 from fedrl.compression.pipeline import compress, rng_for, uplink_scale
 from fedrl.config import from_run_config
 from fedrl.flower import codec
 from fedrl.flower.hostile import hostile_content, npy_bomb, overflow_topk
 from fedrl.flower.transport import Answer, check_reply
+from fedrl.inject.attacks import RECORD_ATTACKS, REPLY_ATTACKS
 from fedrl.model.layout import flatten
 from fedrl.model.moments import Moments
 from fedrl.server.federation import Federation

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrl.checkpoint import Checkpoint
+from fedrl.checks.validate import check
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError, RunFileError
 from fedrl.model.layout import flatten, unflatten
 from fedrl.server.federation import Federation
 from fedrl.server.snapshot import restore, snapshot
-from fedrl.validate import check
+from fedrl.storage.checkpoint import Checkpoint
 from fedrl.wire import Reply
 
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1, "strategy.server-lr": 1.0,

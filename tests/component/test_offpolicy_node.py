@@ -12,12 +12,12 @@ import pytest
 from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedrl.checks.validate import check, validate
 from fedrl.config import DEFAULTS, from_run_config
 from fedrl.errors import ConfigError
 from fedrl.flower import codec
 from fedrl.flower.client import handle_train
 from fedrl.server.federation import Federation
-from fedrl.validate import check, validate
 from fedrl.wire import Reply
 
 

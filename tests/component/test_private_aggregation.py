@@ -114,8 +114,8 @@ def test_adaptive_update_noise_agrees_with_flowers_helper(z: float, count_noise:
 
 
 def test_distributed_dp_mean_from_a_ring_sum_is_noised_once_per_node_and_accounted() -> None:
-    from fedrl.checkpoint import Checkpoint
     from fedrl.privacy.skellam import skellam_epsilon
+    from fedrl.storage.checkpoint import Checkpoint
 
     over = {**SMALL, "nodes.count": 6, "secagg.enabled": True, "compression.up": "quantize",
             "privacy.mode": "distributed", "privacy.noise-multiplier": 2.0, "privacy.clip-norm": 0.5}

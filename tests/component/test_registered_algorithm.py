@@ -16,12 +16,12 @@ from torch import nn
 
 from fedrl.algorithms import register, unregister
 from fedrl.algorithms.base import Algorithm, TrainJob
+from fedrl.checks.validate import check
 from fedrl.config import Config, from_run_config
 from fedrl.errors import ConfigError
 from fedrl.rl.networks import PolicySpec, get_weights, set_weights
 from fedrl.seeding import ENV_RESET, TRAIN, derive, torch_generator
 from fedrl.server.federation import Federation
-from fedrl.validate import check
 from fedrl.wire import LocalResult, NodeState
 from tests.inprocess import run_rounds, task  # noqa: F401 - the fixture
 

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from fedrl.aggregation.fedavg import weighted_mean
-from fedrl.checkpoint import Checkpoint
+from fedrl.checks.validate import check
 from fedrl.config import from_run_config
 from fedrl.registry.rules import register, unregister
 from fedrl.rules.base import Model, Update
 from fedrl.rules.star import Mean
 from fedrl.server.federation import Federation
 from fedrl.server.snapshot import restore, snapshot
-from fedrl.validate import check
+from fedrl.storage.checkpoint import Checkpoint
 from fedrl.wire import Reply
 from tests.inprocess import run_rounds, task  # noqa: F401 - the fixture
 

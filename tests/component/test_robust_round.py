@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrl.attacks import attack_update, attackers
+from fedrl.checks.validate import check
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
+from fedrl.inject.attacks import attack_update, attackers
 from fedrl.model.layout import flatten, unflatten
 from fedrl.server.federation import Federation
-from fedrl.validate import check
 from fedrl.wire import Reply
 
 SMALL = {"nodes.count": 8, "algo.local-steps": 256, "eval.episodes": 1, "strategy.server-lr": 1.0}

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedrl import checkpoint
 from fedrl.config import from_run_config
 from fedrl.errors import RunFileError
-from fedrl.results import METRICS
+from fedrl.runfolder.results import METRICS
 from fedrl.server.federation import Federation
 from fedrl.server.rundir import resolve_run_folder
 from fedrl.server.snapshot import snapshot
+from fedrl.storage import checkpoint
 
 SMALL = {"nodes.count": 2, "algo.local-steps": 256, "eval.episodes": 1, "num-server-rounds": 5,
          "run-name": "r"}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedrl.checkpoint import Checkpoint
 from fedrl.config import from_run_config
 from fedrl.model.layout import flatten, unflatten
 from fedrl.server.federation import Federation
 from fedrl.server.snapshot import restore, snapshot
+from fedrl.storage.checkpoint import Checkpoint
 from fedrl.wire import Reply
 
 SMALL = {"nodes.count": 3, "algo.local-steps": 256, "eval.episodes": 1}

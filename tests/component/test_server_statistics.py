@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from fedrl.checks.validate import check
 from fedrl.config import DEFAULTS, from_run_config
 from fedrl.errors import ConfigError
 from fedrl.model.moments import Moments
@@ -15,7 +16,6 @@ from fedrl.node import RoundStart, build_pipeline, node_setup
 from fedrl.rl.networks import ActorCritic
 from fedrl.rl.obs_stats import rollout_moments
 from fedrl.server.federation import Federation
-from fedrl.validate import check
 from fedrl.wire import NodeState
 
 SERVER = {**DEFAULTS, "nodes.count": 4, "algo.local-steps": 64, "algo.num-envs": 2, "num-server-rounds": 2,

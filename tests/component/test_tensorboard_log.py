@@ -15,11 +15,11 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fedrl.config import from_run_config
-from fedrl.results import METRICS
+from fedrl.runfolder.results import METRICS
+from fedrl.runfolder.tensorboard_log import BY_ENV_STEPS, FOLDER, scalars
 from fedrl.server.centralized import run_centralized
 from fedrl.server.federation import Federation
 from fedrl.server.rundir import end_round, finish, resolve_run_folder
-from fedrl.tensorboard_log import BY_ENV_STEPS, FOLDER, scalars
 
 SMALL = {"nodes.count": 2, "algo.local-steps": 256, "eval.episodes": 1, "num-server-rounds": 3, "run-name": "tb",
          "log.tensorboard": True}
@@ -84,7 +84,7 @@ def test_a_resumed_run_purges_what_the_killed_one_wrote_after_its_checkpoint(tmp
 def test_the_client_app_never_imports_tensorboard() -> None:
     code = ("import sys; import client_app; from fedrl.flower import client, clientapp; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorboard', 'fedrl') and "
-            "(m.startswith('tensorboard') or m == 'fedrl.tensorboard_log')); print(bad)")
+            "(m.startswith('tensorboard') or m == 'fedrl.runfolder.tensorboard_log')); print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]"

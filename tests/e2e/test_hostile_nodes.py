@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedrl.attacks import RECORD_ATTACKS, REPLY_ATTACKS
+from fedrl.inject.attacks import RECORD_ATTACKS, REPLY_ATTACKS
 from tests.e2e.harness import REPO, LocalFlower
 
 sys.path.insert(0, str(REPO / "simulations"))

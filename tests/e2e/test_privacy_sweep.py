@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedrl.compare import compare
+from fedrl.runfolder.compare import compare
 from tests.e2e.harness import REPO
 
 sys.path.insert(0, str(REPO / "simulations"))

@@ -1,4 +1,4 @@
-"""fedrl.atomic: a symlink planted where the writer will write is never followed, the mode is the
+"""fedrl.storage.atomic: a symlink planted where the writer will write is never followed, the mode is the
 requested one from the first byte, and a failed write leaves the old file and no temporary file."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 import pytest
 
-from fedrl.atomic import PRIVATE, PUBLIC, write_bytes, write_text, write_with
+from fedrl.storage.atomic import PRIVATE, PUBLIC, write_bytes, write_text, write_with
 
 
 def _umask() -> int:

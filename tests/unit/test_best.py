@@ -1,4 +1,4 @@
-"""fedrl.best: the order of evaluations, the checkpoint entry, last_evals_min_return, the table line."""
+"""fedrl.runfolder.best: the order of evaluations, the checkpoint entry, last_evals_min_return, the table line."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from fedrl.best import Best, improves, last_evals_min, score, table_line
 from fedrl.errors import RunFileError
+from fedrl.runfolder.best import Best, improves, last_evals_min, score, table_line
 
 
 def test_score_is_worst_then_mean() -> None:

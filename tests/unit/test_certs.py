@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives.serialization import load_ssh_private_key
 from cryptography.x509.verification import PolicyBuilder, Store
 from flwr.cli.supernode.register import try_load_public_key
 
-from fedrl.certs import make
 from fedrl.cli import main
 from fedrl.errors import ConfigError
+from fedrl.flower.certs import make
 
 
 def test_the_server_certificate_verifies_for_its_host_under_the_ca(tmp_path: Path) -> None:

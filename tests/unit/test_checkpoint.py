@@ -1,4 +1,4 @@
-"""Unit tests for fedrl.checkpoint: atomic, pickle-free save and load."""
+"""Unit tests for fedrl.storage.checkpoint: atomic, pickle-free save and load."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedrl.checkpoint import FILE, Checkpoint, load, save
+from fedrl.storage.checkpoint import FILE, Checkpoint, load, save
 
 
 def _ckpt(round_: int = 3) -> Checkpoint:
@@ -99,7 +99,7 @@ def test_load_refuses_pickled_object_arrays(tmp_path: Path) -> None:
 
 
 def test_save_refuses_object_arrays_and_keeps_previous_checkpoint(tmp_path: Path) -> None:
-    # BUG (fedrl/checkpoint.py, save): np.savez pickles object arrays by default, so save()
+    # BUG (fedrl/storage/checkpoint.py, save): np.savez pickles object arrays by default, so save()
     # writes a file that load() (allow_pickle=False) cannot read, and os.replace has already
     # destroyed the previous good checkpoint. save should refuse non-pickle-free arrays before
     # touching the folder.

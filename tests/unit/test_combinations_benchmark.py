@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from flwr.common.config import parse_config_args
 
-from fedrl.validate import check
+from fedrl.checks.validate import check
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "simulations"))

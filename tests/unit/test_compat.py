@@ -1,4 +1,4 @@
-"""Unit tests for fedrl.compat (the rule loop, the table) and the declarations in fedrl.features."""
+"""Unit tests for fedrl.features.compat (the rule loop, the table) and the declarations in fedrl.features."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import get_args, get_type_hints
 
 import pytest
 
-from fedrl import dropout
 from fedrl.cli import main
-from fedrl.compat import Feature, Rule, conflict, declaration_errors, table
 from fedrl.config import Config, StrategyConfig, from_run_config
 from fedrl.features import FEATURES
+from fedrl.features.compat import Feature, Rule, conflict, declaration_errors, table
 from fedrl.features.secure import SECAGG_STAGES
+from fedrl.inject import dropout
 
 BY_NAME = {f.name: f for f in FEATURES}
 

@@ -1,4 +1,4 @@
-"""Unit tests for fedrl.config (parsing) and fedrl.validate.check (cross-key checks)."""
+"""Unit tests for fedrl.config (parsing) and fedrl.checks.validate.check (cross-key checks)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from fedrl.checks.validate import check
 from fedrl.config import DEFAULTS, HELP, Config, ConfigError, from_run_config, to_flat
 from fedrl.rl.train import batch_steps, iterations_per_round
-from fedrl.validate import check
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -183,7 +183,7 @@ def test_target_return_must_be_finite(value: Any) -> None:
 def test_negative_seed_is_a_config_error() -> None:
     # BUG (fedrl/config.py, Config.seed has no check): seed=-1 parses, but every stream is seeded
     # through numpy's SeedSequence (fedrl/seeding.py derive, fedrl/envs/spec.py sample_variant),
-    # which needs non-negative ints; fedrl.validate.check then fails with a plain ValueError that
+    # which needs non-negative ints; fedrl.checks.validate.check then fails with a plain ValueError that
     # does not name the key. It should be a ConfigError 'seed'.
     e = _err({"seed": -1})
     assert e.key == "seed"
@@ -195,7 +195,7 @@ def test_config_is_frozen() -> None:
         cfg.seed = 1  # type: ignore[misc]
 
 
-# --- fedrl.validate.check -------------------------------------------------------------------
+# --- fedrl.checks.validate.check -------------------------------------------------------------------
 
 
 def _check_err(run_config: dict[str, Any]) -> ConfigError:
@@ -326,8 +326,8 @@ def test_a_hierarchy_refuses_node_statistics_it_would_not_merge() -> None:
 
 def test_pyproject_config_table_is_the_one_rendered_from_the_schema() -> None:
     # help texts and defaults are written once, in fedrl.config; the table is generated from it
-    from fedrl.config_toml import render, table_in, toml_value
-    assert table_in(PYPROJECT.read_text()) == render(), "run: python -m fedrl.config_toml --write"
+    from fedrl.config.toml import render, table_in, toml_value
+    assert table_in(PYPROJECT.read_text()) == render(), "run: python -m fedrl.config.toml --write"
     assert [toml_value(v) for v in (True, 3, 1e-05, 2.0, 'a "b"')] == ["true", "3", "1e-05", "2.0", '"a \\"b\\""']
 
 

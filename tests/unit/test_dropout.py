@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fedrl.config import from_run_config
-from fedrl.dropout import InjectedDropout, failing_stage, maybe_fail
+from fedrl.inject.dropout import InjectedDropout, failing_stage, maybe_fail
 
 
 def test_no_failures_without_a_probability() -> None:

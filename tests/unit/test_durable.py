@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedrl import durable
 from fedrl.flower.hostile import npy_bomb
+from fedrl.storage import durable
 
 STATE: dict[str, np.ndarray] = {"adam.step": np.asarray([12], np.int64), "ef.residual": np.arange(5, dtype=np.float32)}
 

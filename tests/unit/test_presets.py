@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from flwr.common.config import parse_config_args
 
+from fedrl.checks.validate import check
 from fedrl.cli import _pairs_for_flower
+from fedrl.config.overrides import as_pairs, check_override
 from fedrl.errors import ConfigError
 from fedrl.flower.runconfig import merged_run_config
-from fedrl.overrides import as_pairs, check_override
-from fedrl.validate import check
 
 REPO = Path(__file__).resolve().parents[2]
 PRESETS = sorted((REPO / "simulations" / "configs").glob("*.toml"))
@@ -28,7 +28,7 @@ def test_a_preset_passes_the_checks(preset: Path) -> None:
     if preset.name == "cartpole_1000.toml":
         assert cfg.nodes.count == 1000 and cfg.nodes_per_round == 100 and cfg.secagg.enabled
         assert cfg.privacy.mode == "central" and cfg.privacy.target_epsilon <= 8 and cfg.compression.bits == 8
-        # the symmetric policy needs uncentred statistics (fedrl.validate refuses it otherwise)
+        # the symmetric policy needs uncentred statistics (fedrl.checks.validate refuses it otherwise)
         assert cfg.algo.mirror and not cfg.algo.norm_obs_center and cfg.ppo.gamma == 0.995
     if preset.name == "cartpole_2000_hierarchical.toml":  # DP at the edge, each edge its own secure sum
         assert cfg.topology.name == "hierarchical" and cfg.nodes.count == 2000 and cfg.secagg.enabled

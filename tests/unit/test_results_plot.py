@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedrl.results import MAX_CURVES, RunFolder
+from fedrl.runfolder.results import MAX_CURVES, RunFolder
 
 
 def _folder(tmp_path: Path, variants: int) -> RunFolder:

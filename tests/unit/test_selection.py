@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from fedrl.checks.validate import check
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
 from fedrl.server.selection import Selector
-from fedrl.validate import check
 
 DEADLINE = {"nodes.count": 8, "fraction-train": 0.5, "selection.name": "deadline", "round.deadline-s": 5.0}
 

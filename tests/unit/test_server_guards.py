@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from fedrl.attacks import attack_plan
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
+from fedrl.inject.attacks import attack_plan
 from fedrl.model.layout import flatten, unflatten
 from fedrl.model.moments import Moments
 from fedrl.server.federation import Federation

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from fedrl.aggregation.server_opt import ServerOptimizer, ServerOptSettings, annealed_lr
+from fedrl.checks.validate import check
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
 from fedrl.server.federation import Federation
-from fedrl.validate import check
 from fedrl.wire import Reply
 
 

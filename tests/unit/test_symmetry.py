@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from fedrl.checks.validate import check
 from fedrl.envs.make import make_env
 from fedrl.envs.symmetry import MIRRORS, mirror_for
 from fedrl.errors import ConfigError
 from fedrl.rl.networks import ActorCritic, PolicySpec, get_weights, mirrored, spec_for
 from fedrl.rl.stacked import StackedActorCritic
-from fedrl.validate import check
 
 VARIANTS = {"CartPole-v1": {"length": 0.9, "masscart": 1.4}, "CartPole-v0": {},
             "Pendulum-v1": {"l": 1.2}, "Acrobot-v1": {"link_mass_2": 1.5}}

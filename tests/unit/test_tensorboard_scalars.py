@@ -1,4 +1,4 @@
-"""``fedrl.tensorboard_log.scalars``: which TensorBoard series one metrics row becomes."""
+"""``fedrl.runfolder.tensorboard_log.scalars``: which TensorBoard series one metrics row becomes."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import math
 
 import pytest
 
+from fedrl.checks.validate import check
 from fedrl.config import from_run_config
 from fedrl.errors import ConfigError
-from fedrl.tensorboard_log import scalars
-from fedrl.validate import check
+from fedrl.runfolder.tensorboard_log import scalars
 
 
 def test_a_row_becomes_its_numbers_per_variant_counts_and_per_node_summaries() -> None:

@@ -1,6 +1,6 @@
 """``fedrl export RUN_DIR [--which best|final]``: the run's best (default) or final policy as a file
 that runs without fedrl. ``best`` is ``best_model.npz``, the model of the best evaluation
-(``fedrl.best``); ``final`` is ``model.npz``, the model the run ended with.
+(``fedrl.runfolder.best``); ``final`` is ``model.npz``, the model the run ended with.
 
 The exported module takes a float32 batch of raw observations ``[B, obs_dim]`` and returns the
 greedy action the framework's evaluation takes (the model's ``greedy`` after the run's
@@ -28,11 +28,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedrl.atomic import PUBLIC, write_bytes, write_text
 from fedrl.errors import ConfigError
-from fedrl.final_model import read_final_model
 from fedrl.model.moments import Moments
 from fedrl.rl.networks import ActorCritic, PolicySpec, mirrored, set_weights
+from fedrl.runfolder.final_model import read_final_model
+from fedrl.storage.atomic import PUBLIC, write_bytes, write_text
 
 FORMATS = ("torchscript", "onnx")
 
@@ -78,7 +78,7 @@ def load_policy(run_dir: Path, which: str = "best") -> tuple[GreedyPolicy, dict[
     Raises:
         ConfigError: ``RUN_DIR`` when ``run_dir`` is not a folder; ``RunFileError`` (a
             ``ConfigError``) naming the file and field when a file is missing or does not fit
-            (``fedrl.final_model``). A policy with non-finite weights is refused, never exported.
+            (``fedrl.runfolder.final_model``). A policy with non-finite weights is refused, never exported.
     """
     final = read_final_model(run_dir, which)
     model = final.make_model(final.spec)
@@ -93,7 +93,7 @@ def load_policy(run_dir: Path, which: str = "best") -> tuple[GreedyPolicy, dict[
 def export(run_dir: Path, fmt: str = "torchscript", out: Path | None = None, which: str = "best") -> Path:
     """Write the policy, ``policy.json`` and ``run_policy.py`` into ``out`` (default RUN_DIR/export).
 
-    Each file is written atomically (``fedrl.atomic``): a reader sees the old file or the new one.
+    Each file is written atomically (``fedrl.storage.atomic``): a reader sees the old file or the new one.
 
     Raises:
         ConfigError: ``--format`` for an unknown or unavailable format, ``--out`` when the folder

@@ -5,7 +5,7 @@ Layout and keys are a contract (DESIGN.md, "Contracts that outside checks use").
 round are dropped first, so every round is recorded exactly once. A torn last line (what a kill
 during an append leaves) is skipped with a warning and dropped by that rewrite; a bad line before
 it is a ``RunFileError`` naming the file and the line. Whole-file writes go through
-``fedrl.atomic`` (never torn, never through a planted symlink).
+``fedrl.storage.atomic`` (never torn, never through a planted symlink).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from fedrl.atomic import PUBLIC, write_text, write_with
-from fedrl.best import Best
 from fedrl.errors import RunFileError
+from fedrl.runfolder.best import Best
+from fedrl.storage.atomic import PUBLIC, write_text, write_with
 
 log = logging.getLogger("fedrl")
 
 METRICS, SUMMARY, CONFIG, MODEL = "metrics.jsonl", "summary.json", "config.json", "model.npz"
-BEST_MODEL = "best_model.npz"  # the best model by evaluation (fedrl.best), in model.npz's format
+BEST_MODEL = "best_model.npz"  # the best model by evaluation (fedrl.runfolder.best), in model.npz's format
 
 
 def _clean(obj: Any) -> Any:
@@ -106,7 +106,7 @@ class RunFolder:
             fh.write(json.dumps(_clean(row)) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        for listen in self.listeners:  # e.g. log.tensorboard (fedrl.tensorboard_log)
+        for listen in self.listeners:  # e.g. log.tensorboard (fedrl.runfolder.tensorboard_log)
             listen(_clean(row))
 
     def close(self) -> None:

@@ -8,10 +8,14 @@ answering; the server sees an error reply and treats the node as dropped at that
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from fedrl.config import Config
 from fedrl.seeding import DROPOUT, derive
+
+if TYPE_CHECKING:
+    from fedrl.config import Config
 
 SECAGG_STAGES = ("advertise", "share", "mask", "unmask")
 STAGES = ("train", *SECAGG_STAGES)

@@ -33,7 +33,7 @@ import numpy as np
 
 from fedrl.config import LOCATION_KEYS
 from fedrl.errors import ConfigError, RunFileError
-from fedrl.results import CONFIG, METRICS, parse_metrics
+from fedrl.runfolder.results import CONFIG, METRICS, parse_metrics
 
 X_AXES = ("env_steps", "round", "wall_time_s")
 NOT_THE_EXPERIMENT = LOCATION_KEYS | {"seed"}  # runs that differ only here are seeds of one group

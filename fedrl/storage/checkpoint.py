@@ -1,7 +1,7 @@
 """Atomic, pickle-free server checkpoints.
 
 One ``.npz`` holds every array (``allow_pickle=False`` on load) plus a JSON document for the
-scalars, stored as a unicode array. Writing goes through ``fedrl.atomic`` (a random temporary
+scalars, stored as a unicode array. Writing goes through ``fedrl.storage.atomic`` (a random temporary
 name in the same folder, mode 0600 from creation, fsync, ``os.replace``): a run killed
 mid-write leaves the previous checkpoint intact, and a symlink planted beside it is not followed.
 
@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.lib.format as npy
 
-from fedrl.atomic import PRIVATE, write_with
 from fedrl.errors import RunFileError
+from fedrl.storage.atomic import PRIVATE, write_with
 
 FILE = "checkpoint.npz"
 # Every way zipfile and numpy fail on a torn or bit-flipped file (a flipped compression method is

@@ -1,8 +1,8 @@
 """Checks of a feature's own settings against the run: sizes, counts, graphs and rings.
 
-Which features combine is declared in ``fedrl.features`` and checked by ``fedrl.compat``; what
+Which features combine is declared in ``fedrl.features`` and checked by ``fedrl.features.compat``; what
 is here asks whether an allowed combination can work at the run's size: enough honest nodes for
-a robust rule, a connected gossip graph, a ring wide enough for the sum. ``fedrl.validate.check``
+a robust rule, a connected gossip graph, a ring wide enough for the sum. ``fedrl.checks.validate.check``
 calls everything, in order. Each function returns the error to raise or None (the graph and the
 edge assignment raise their own).
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from fedrl.aggregation.asynchronous import ASYNC_RULES
 from fedrl.aggregation.robust import ROBUST_RULES
-from fedrl.attacks import attackers
 from fedrl.compression.ring_codes import required_ring_bits
 from fedrl.config import Config
 from fedrl.envs.spec import parse_vary, sample_variant
 from fedrl.errors import ConfigError
+from fedrl.inject.attacks import attackers
 from fedrl.topology.graphs import graph
 from fedrl.topology.hierarchy import assign_edges
 
@@ -141,7 +141,7 @@ def tensorboard_error(cfg: Config) -> ConfigError | None:
     """``log.tensorboard`` needs TensorBoard where the server runs (found, not imported)."""
     if not cfg.log.tensorboard:
         return None
-    from fedrl.tensorboard_log import require
+    from fedrl.runfolder.tensorboard_log import require
 
     try:
         require()

@@ -1,7 +1,7 @@
 """fedrl's one typed run configuration, parsed once at the edge.
 
 Every run-config key (Flower's ``--run-config``, kebab-case, dotted for groups) is a field of
-one of the frozen section dataclasses (``fedrl.config_sections``, ``fedrl.config_features``);
+one of the frozen section dataclasses (``fedrl.config.sections``, ``fedrl.config.features``);
 its metadata holds the key, a one-line help and a validity check. ``from_run_config`` rejects unknown keys (naming the nearest known one),
 wrong types and out-of-range values with a ``ConfigError`` that names the key. ``DEFAULTS``
 is derived from the dataclass defaults; ``pyproject.toml`` must declare exactly these (a test
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_type_hints
 
-from fedrl import config_checks as ck
-from fedrl.config_checks import Check
-from fedrl.config_features import (
+from fedrl.config import checks as ck
+from fedrl.config.checks import Check
+from fedrl.config.features import (
     SERVER_LR_END,
     CompressionConfig,
     PrivacyConfig,
@@ -27,8 +27,8 @@ from fedrl.config_features import (
     StrategyConfig,
     TopologyConfig,
 )
-from fedrl.config_offpolicy import DQNConfig, SACConfig
-from fedrl.config_sections import (
+from fedrl.config.offpolicy import DQNConfig, SACConfig
+from fedrl.config.sections import (
     AlgoConfig,
     AttackConfig,
     EnvConfig,
@@ -157,7 +157,7 @@ def from_run_config(run_config: Mapping[str, Any]) -> Config:
     """Parse Flower's flat run config (missing keys take defaults) into a ``Config``.
 
     Checks each value on its own here; cross-key and environment checks (env ids, variant
-    parameters, impossible combinations) are in ``fedrl.validate.check``.
+    parameters, impossible combinations) are in ``fedrl.checks.validate.check``.
     """
     for key, raw in run_config.items():
         if key not in DEFAULTS:

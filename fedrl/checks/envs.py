@@ -3,31 +3,26 @@
 ``gym.make`` accepts arguments that fail only later: ``render_mode='human'`` without pygame
 fails at ``reset``, ``max_episode_steps=0`` at ``gym.make`` with a ``ValueError``, a physics
 parameter may give non-finite observations. A run that found out in round 1 would lose every
-node's work, so ``fedrl check`` (and the ServerApp, through ``fedrl.validate``) does what a
+node's work, so ``fedrl check`` (and the ServerApp, through ``fedrl.checks.validate``) does what a
 rollout does, once per distinct variant, and names the key to change.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from fedrl.config import Config
 from fedrl.envs.make import make_env
 from fedrl.errors import ConfigError
 from fedrl.registry.algorithms import get as algorithm
-from fedrl.rl.networks import ActorCritic, PolicySpec, spec_for
+from fedrl.rl.networks import PolicySpec, check_policy_size, spec_for
 from fedrl.seeding import ENV_RESET, derive
 
 # The server keeps several copies of the policy (the model, its broadcast, optimizer moments) and
 # sends it whole in every plan; 2^26 float32 parameters are 256 MiB, far beyond any RL policy here.
-MAX_POLICY_PARAMS = 2**26
-MAX_LAYERS = 64
 
 
 def culprit(cfg: Config) -> str:
@@ -69,26 +64,6 @@ def check_environments(cfg: Config, variants: list[dict[str, float]], kwargs: di
                                     "Discrete or Box actions") from None
     check_policy_size(spec, algorithm(cfg.algo.name).model_for(cfg))
     return spec
-
-
-def check_policy_size(spec: PolicySpec, make_model: Callable[[PolicySpec], nn.Module] = ActorCritic) -> int:
-    """The parameter count of ``make_model(spec)`` (the algorithm's), computed without allocating
-    (torch's meta device).
-
-    Raises:
-        ConfigError: ``algo.hidden`` when it exceeds ``MAX_POLICY_PARAMS``.
-    """
-    # bounds first: the meta device allocates nothing but still builds one module per layer
-    if len(spec.hidden) <= MAX_LAYERS and max(spec.hidden) <= MAX_POLICY_PARAMS:
-        with torch.device("meta"):
-            n = sum(p.numel() for p in make_model(spec).parameters())
-        if n <= MAX_POLICY_PARAMS:
-            return n
-        size = f"{n} parameters"
-    else:
-        size = f"{len(spec.hidden)} layers of up to {max(spec.hidden)} units"
-    raise ConfigError("algo.hidden", f"{','.join(map(str, spec.hidden))} gives a policy of {size}; at most "
-                                     f"{MAX_POLICY_PARAMS} parameters in at most {MAX_LAYERS} hidden layers")
 
 
 def _try(cfg: Config, node: int, variant: dict[str, float], kwargs: dict[str, Any]) -> tuple[Any, Any]:

@@ -3,7 +3,7 @@
 Flower keeps ``context.state`` in the SuperNode's memory: a restarted SuperNode has lost it.
 With ``--node-config "state-dir=DIR"`` a node also writes its state (optimizer moments,
 error-feedback residuals, accountant history, normalizer statistics, its gossip model) to
-``DIR/fedrl-node{i}.npz`` after every round, atomically and mode 0600 (``fedrl.atomic``: a random
+``DIR/fedrl-node{i}.npz`` after every round, atomically and mode 0600 (``fedrl.storage.atomic``: a random
 temporary name, fsync, rename; a symlink planted in the folder is never followed), and a node
 whose in-memory state is empty reads it back.
 
@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from fedrl.atomic import PRIVATE, write_with
-from fedrl.checkpoint import UNREADABLE, read_npz
 from fedrl.config import LOCATION_KEYS
+from fedrl.storage.atomic import PRIVATE, write_with
+from fedrl.storage.checkpoint import UNREADABLE, read_npz
 
 _ID, _ROUND = "__fedrl.identity", "__fedrl.round"
 

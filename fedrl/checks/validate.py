@@ -3,7 +3,7 @@
 ``check(run_config)`` is what ``fedrl check``, ``fedrl run`` and the ServerApp call, and the one
 place that calls every check: it parses (unknown keys, types, ranges), checks the algorithm and
 the environments (``validate``), then which features combine (declared in ``fedrl.features``,
-checked by ``fedrl.compat``), then each feature's sizes and counts (``fedrl.setting_checks``) and
+checked by ``fedrl.features.compat``), then each feature's sizes and counts (``fedrl.checks.settings``) and
 the privacy plan, raising a ``ConfigError`` that names the key and what is allowed.
 """
 
@@ -12,16 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fedrl import setting_checks, speed
-from fedrl.compat import conflict
+from fedrl.checks import settings as setting_checks
+from fedrl.checks.envs import check_environments
 from fedrl.config import Config, from_run_config, norm_on
-from fedrl.env_checks import check_environments
 from fedrl.envs.families import check_env_id, check_params, check_values
 from fedrl.envs.spec import parse_kwargs, parse_vary, sample_heldout, sample_variant
 from fedrl.envs.symmetry import MIRRORS, mirror_for
 from fedrl.errors import ConfigError
 from fedrl.features import FEATURES
+from fedrl.features.compat import conflict
 from fedrl.features.settings import continuous_actions
+from fedrl.inject import speed
 from fedrl.privacy.plan import plan_for, sample_plan
 from fedrl.registry.algorithms import get as algorithm
 

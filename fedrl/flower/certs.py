@@ -10,7 +10,7 @@ Writes into ``--out``:
   on NIST P-384, in the OpenSSH formats Flower 1.42 reads (``--auth-supernode-private-key`` on the
   SuperNode, ``flwr supernode register <node{i}.pub>`` on the CLI).
 
-Every file is written atomically through ``fedrl.atomic`` (a random temporary name, never a
+Every file is written atomically through ``fedrl.storage.atomic`` (a random temporary name, never a
 planted symlink); private keys are created with mode 0600, never readable by others even for a
 moment. A folder that already holds files is refused unless ``--force`` (replacing a CA silently
 would lock out every node that trusts the old one). Then it prints the commands that start each
@@ -33,8 +33,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from fedrl.atomic import PRIVATE, PUBLIC, write_bytes
 from fedrl.errors import ConfigError
+from fedrl.storage.atomic import PRIVATE, PUBLIC, write_bytes
 
 _CURVE = ec.SECP384R1()
 MAX_NODES = 1000

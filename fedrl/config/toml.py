@@ -6,8 +6,8 @@ table drifted from the schema (help texts that differed, one corrupted). So the 
 rendered here from ``DEFAULTS`` and ``HELP``, and a test checks that the file holds exactly
 this text:
 
-    python -m fedrl.config_toml            # print the table
-    python -m fedrl.config_toml --write    # rewrite it in ./pyproject.toml
+    python -m fedrl.config.toml            # print the table
+    python -m fedrl.config.toml --write    # rewrite it in ./pyproject.toml
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main(argv: list[str]) -> int:
         print("pyproject.toml: rewritten" if changed else "pyproject.toml: already current")
         return 0
     if argv:
-        print("usage: python -m fedrl.config_toml [--write]", file=sys.stderr)
+        print("usage: python -m fedrl.config.toml [--write]", file=sys.stderr)
         return 2
     sys.stdout.write(render())
     return 0

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedrl import config_checks as ck
-from fedrl.config_checks import opt
+from fedrl.config import checks as ck
+from fedrl.config.checks import opt
 
 
 @dataclass(frozen=True)

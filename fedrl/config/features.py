@@ -1,5 +1,5 @@
 """The sections of the run configuration that shape what an update goes through: the server
-strategy, the topology, compression, secure aggregation and privacy (``fedrl.config_sections``
+strategy, the topology, compression, secure aggregation and privacy (``fedrl.config.sections``
 has the experiment's sections; ``fedrl.config`` parses them)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fedrl import config_checks as ck
 from fedrl.compression.compressors import check_down, check_up
-from fedrl.config_sections import opt
+from fedrl.config import checks as ck
+from fedrl.config.sections import opt
 from fedrl.registry.rules import check_name as check_rule
 
 # The default end of the server step's schedule (issue 13): 2 -> 0.5 kept the final model solved in

@@ -1,5 +1,5 @@
 """The sections of the run configuration that describe the experiment: environment, algorithm,
-evaluation, nodes, rounds, selection and attacks (``fedrl.config_features`` has the update
+evaluation, nodes, rounds, selection and attacks (``fedrl.config.features`` has the update
 features; ``fedrl.config`` parses them). Each field's metadata holds its run-config key, a
 one-line help and a range check (``opt``)."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fedrl import config_checks as ck
-from fedrl.attacks import check_names
-from fedrl.config_checks import opt
+from fedrl.config import checks as ck
+from fedrl.config.checks import opt
+from fedrl.inject.attacks import check_names
 from fedrl.registry.algorithms import check_name
 
 
@@ -152,7 +152,7 @@ class AttackConfig:
         "experiments: Byzantine nodes send sign-flip (-scale x their update) or gaussian (N(0, scale^2) noise) "
         "instead of their update, or random-action (train on rollouts of random actions, as in FedPG-BR); "
         "hostile replies: huge-weights, nan-weights, lie-steps, bad-moments, wrong-node, wrong-shape, bad-dtype, "
-        "bad-stype, npy-bomb, topk-overflow (fedrl/attacks.py); a comma-separated list gives the attack.nodes "
+        "bad-stype, npy-bomb, topk-overflow (fedrl/inject/attacks.py); a comma-separated list gives the attack.nodes "
         "their kinds in order", check_names)
     fraction: float = opt("attack.fraction", 0.0, "fraction of nodes that attack (chosen by seed)", ck.unit_closed)
     nodes: str = opt("attack.nodes", "", "explicit attacking nodes, e.g. '0,3' (overrides attack.fraction)")

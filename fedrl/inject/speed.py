@@ -11,9 +11,13 @@ see it.
 
 from __future__ import annotations
 
-from fedrl.config import Config
+from typing import TYPE_CHECKING
+
 from fedrl.envs.spec import parse_vary, sample_variant
 from fedrl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedrl.config import Config
 
 _NAME = "slowdown"
 

@@ -1,10 +1,10 @@
 """A run folder's policy read back and checked: ``config.json``'s description, the arrays of
-``model.npz`` (the final model) or ``best_model.npz`` (the best by evaluation, ``fedrl.best``).
+``model.npz`` (the final model) or ``best_model.npz`` (the best by evaluation, ``fedrl.runfolder.best``).
 
 A run folder is a file a user may have copied, truncated or edited. Nothing in it is trusted:
 ``config.json`` must describe a policy fedrl can build (kinds, positive sizes, the weight names
 that network has), the model file must be a pickle-free ``.npz`` whose ``.npy`` headers are checked
-before numpy allocates (``fedrl.checkpoint.read_npz``), holding every named array in float32 with
+before numpy allocates (``fedrl.storage.checkpoint.read_npz``), holding every named array in float32 with
 the network's shape and only finite values, and, when observation normalization was on, the
 run's statistics (float64 ``[count, mean..., m2...]`` with ``count > 0`` and ``m2 >= 0``).
 Anything else is one ``RunFileError`` naming the file and the field.
@@ -23,13 +23,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedrl.checkpoint import UNREADABLE, read_npz
 from fedrl.config import norm_on
-from fedrl.env_checks import MAX_POLICY_PARAMS, check_policy_size
 from fedrl.errors import ConfigError, RunFileError
 from fedrl.model.moments import Moments
-from fedrl.results import BEST_MODEL, CONFIG, MODEL
-from fedrl.rl.networks import LOG_STD, ActorCritic, PolicySpec
+from fedrl.rl.networks import LOG_STD, MAX_POLICY_PARAMS, ActorCritic, PolicySpec, check_policy_size
+from fedrl.runfolder.results import BEST_MODEL, CONFIG, MODEL
+from fedrl.storage.checkpoint import UNREADABLE, read_npz
 
 RENAMED = "log_std"  # the Gaussian log-std's weight name in run folders written before LOG_STD
 

@@ -1,0 +1,1 @@
+"""A run's folder and what is made from it: metrics, summary and plots (``results``), the best and final models (``best``, ``final_model``), comparisons (``compare``), export (``export``), TensorBoard (``tensorboard_log``), logging setup (``logs``)."""
