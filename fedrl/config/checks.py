@@ -36,6 +36,16 @@ def unit_open_closed(v: Any) -> str | None:
     return None if 0 < v <= 1 else "must be in (0, 1]"
 
 
+def step_or_auto(v: Any) -> str | None:
+    if str(v).strip().lower() == "auto":
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        return "must be 'auto' or a number in (0, 1]"
+    return None if 0 < x <= 1 else "must be in (0, 1], or 'auto'"
+
+
 def unit_closed(v: Any) -> str | None:
     return None if 0 <= v <= 1 else "must be in [0, 1]"
 

@@ -88,10 +88,11 @@ class TopologyConfig:
                      "gossip: ring, torus, regular (random d-regular), exponential, complete or one-peer "
                      "(time-varying one-peer exponential)")
     degree: int = opt("topology.degree", 4, "gossip with topology.graph = regular: the degree d", ck.positive)
-    consensus_step: float = opt("topology.consensus-step", 1.0,
-                                "gossip: CHOCO's consensus step γ towards the neighbours' public copies (1: plain "
-                                "gossip; compressors that drop more need less, e.g. 0.3 for topk at 10%)",
-                                ck.unit_open_closed)
+    consensus_step: str = opt("topology.consensus-step", "auto",
+                              "gossip: CHOCO's consensus step γ towards the neighbours' public copies, in (0, 1] "
+                              "(1: plain gossip), or auto: 1 uncompressed, else the γ at which CHOCO's consensus "
+                              "contracts fastest for this graph and compressor (fedrl.topology.consensus_step; "
+                              "e.g. 0.18 for topk at 5% on a ring, 1 for 8-bit quantize)", ck.step_or_auto)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from fedrl.node import stages
 from fedrl.node.flow import NodeUpdate, Received, RoundStart
 from fedrl.node.setup import NodeSetup
 from fedrl.node.stages import NodeStage
+from fedrl.topology.consensus_step import step_for
 
 Update = NodeStage[NodeUpdate, NodeUpdate]
 
@@ -67,7 +68,7 @@ def build_pipeline(setup: NodeSetup, node: int) -> NodePipeline:
     attack = setup.attacks.get(node)  # None: an honest node
 
     receive: NodeStage[RoundStart, Received] = (
-        stages.ReceiveGossip(setup.template, cfg.topology.consensus_step, setup.up.active) if is_gossip
+        stages.ReceiveGossip(setup.template, step_for(cfg, [w.shape for w in setup.template]), setup.up.active) if is_gossip
         else stages.ReceiveBroadcast(setup.down, setup.template))
     prepare = (stages.StartFromResidual(cfg, setup.up),) if setup.up.error_feedback and not secure else ()
 

@@ -13,6 +13,7 @@ import numpy as np
 from fedrl.compression.downlink import Broadcaster, Downlink
 from fedrl.privacy.server import ServerPrivacy
 from fedrl.rules.base import Model, RuleSetup, Saved, ServerRule, Update
+from fedrl.topology.consensus_step import step_for
 from fedrl.topology.gossip import Mix, Relay, consensus_distance
 from fedrl.topology.hierarchy import cloud_average
 
@@ -52,6 +53,7 @@ class Gossip(Local):
         super().__init__(setup)
         t, cfg = setup.cfg.topology, setup.cfg
         self.relay = Relay(t.graph, cfg.nodes.count, t.degree, cfg.seed)
+        self.gamma = step_for(cfg, [w.shape for w in setup.initial])  # topology.consensus-step
         # privacy.mode = local (set by the Federation): every node noises its own update, every
         # round; one ledger step per round is the epsilon of a node that took part in every round,
         # the worst node's.
@@ -69,7 +71,7 @@ class Gossip(Local):
     def node_models(self, rnd: int) -> list[Model]:
         """What each node trains from next, as far as the server knows: under compression it holds
         the public copies, not the nodes' own models (``fedrl.topology.choco``)."""
-        return self.relay.mixed(rnd, self.models, self.cfg.topology.consensus_step)
+        return self.relay.mixed(rnd, self.models, self.gamma)
 
     def server_model(self, rnd: int) -> Model:
         return cloud_average(self.node_models(rnd), [1.0] * len(self.models))
