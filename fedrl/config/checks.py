@@ -11,9 +11,11 @@ from typing import Any
 Check = Callable[[Any], str | None]
 
 
-def opt(key: str, default: Any, help: str, check: Check | None = None) -> Any:
-    """A config field: its run-config key, default, one-line help and range check (metadata)."""
-    return field(default=default, metadata={"key": key, "help": help, "check": check})
+def opt(key: str, default: Any, help: str, check: Check | None = None, *, auto: bool = False) -> Any:
+    """A config field: its run-config key, default, one-line help and range check (metadata);
+    ``auto``: the number may also be ``"auto"``, which ``fedrl.config.from_run_config`` resolves
+    from the rest of the config before anyone reads it."""
+    return field(default=default, metadata={"key": key, "help": help, "check": check, "auto": auto})
 
 
 def positive(v: Any) -> str | None:

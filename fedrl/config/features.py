@@ -24,15 +24,16 @@ class StrategyConfig:
         "fedavg, fedprox (client proximal term), server optimizers fedavgm, fedadagrad, fedadam, fedyogi (Reddi et "
         "al. 2021), robust rules median, trimmed-mean, krum, multi-krum, asynchronous fedbuff, fedasync, local "
         "(no aggregation), or a rule registered in fedrl.registry.rules", check_rule)
-    server_lr: float = opt("strategy.server-lr", 2.0,
+    server_lr: float = opt("strategy.server-lr", "auto",
                            "server step on the mean delta (1: plain FedAvg; adaptive optimizers want about 0.01; gossip: each "
-                           "node's step on its own update before mixing)",
-                           ck.positive)
-    server_lr_end: float = opt("strategy.server-lr-end", SERVER_LR_END,
+                           "node's step on its own update before mixing); auto: 2 for ppo, 1 for the replay learners "
+                           "dqn and sac (docs/algorithms.md, 'Server step')",
+                           ck.positive, auto=True)
+    server_lr_end: float = opt("strategy.server-lr-end", "auto",
                                "server-lr in the last round, annealed linearly from strategy.server-lr in round 1; "
                                "never raises the step (the end is min(this, server-lr)); -1: constant. Used by the "
-                               "server step of the star, hierarchical and fedbuff rules",
-                               ck.off_or_non_negative)
+                               "server step of the star, hierarchical and fedbuff rules; auto: 0.5 for ppo, -1 for dqn "
+                               "and sac", ck.off_or_non_negative, auto=True)
     ema: float = opt("strategy.ema", 0.0,
                      "keep, evaluate and save an exponential moving average of the server model with this decay "
                      "(bias-corrected; 0.9 weighs about the last 10 rounds; 0: off, the latest model). Training "

@@ -57,14 +57,35 @@ def test_every_key_has_help() -> None:
 
 def test_empty_run_config_gives_defaults() -> None:
     cfg = from_run_config({})
-    # algo.norm-obs = auto resolves to on where observation statistics can travel (issue 13)
-    assert cfg == dataclasses.replace(Config(), algo=dataclasses.replace(Config().algo, norm_obs="on"))
-    assert to_flat(cfg) == {**DEFAULTS, "algo.norm-obs": "on"}
+    # algo.norm-obs = auto resolves to on where observation statistics can travel (issue 13); PPO's
+    # server step is 2 annealed to 0.5
+    assert cfg == dataclasses.replace(Config(), algo=dataclasses.replace(Config().algo, norm_obs="on"),
+                                      strategy=dataclasses.replace(Config().strategy, server_lr=2.0, server_lr_end=0.5))
+    assert to_flat(cfg) == {**DEFAULTS, "algo.norm-obs": "on", "strategy.server-lr": 2.0, "strategy.server-lr-end": 0.5}
     assert from_run_config(to_flat(cfg)) == cfg
     assert cfg.ppo.lr == 2.5e-3 and cfg.env.id == "CartPole-v1" and cfg.strategy.name == "fedavg"
     assert batch_steps(cfg) == 8 * 32
     assert iterations_per_round(cfg) == 1024 // 256
     assert cfg.algo.hidden_sizes == (64, 64)
+
+
+@pytest.mark.parametrize(("algo", "step"), [("ppo", (2.0, 0.5)), ("dqn", (1.0, -1.0)), ("sac", (1.0, -1.0))])
+def test_the_server_step_follows_the_learner_unless_set(algo: str, step: tuple[float, float]) -> None:
+    env = {"sac": "Pendulum-v1"}.get(algo, "CartPole-v1")
+    s = from_run_config({"algo.name": algo, "env.id": env}).strategy
+    assert (s.server_lr, s.server_lr_end) == step
+    s = from_run_config({"algo.name": algo, "strategy.server-lr": 2.0, "strategy.server-lr-end": 0.5}).strategy
+    assert (s.server_lr, s.server_lr_end) == (2.0, 0.5)  # a number is kept as given, the default's included
+    s = from_run_config({"algo.name": algo, "strategy.server-lr": "AUTO", "strategy.server-lr-end": -1}).strategy
+    assert (s.server_lr, s.server_lr_end) == (step[0], -1.0)
+
+
+@pytest.mark.parametrize(("key", "bad"), [("strategy.server-lr", "fast"), ("strategy.server-lr", 0.0),
+                                          ("strategy.server-lr-end", "slow"), ("strategy.server-lr-end", -0.5)])
+def test_bad_server_steps_are_refused_by_key(key: str, bad: object) -> None:
+    with pytest.raises(ConfigError) as err:
+        from_run_config({key: bad})
+    assert err.value.key == key
 
 
 def test_round_trip_to_flat() -> None:
@@ -86,7 +107,8 @@ def test_round_trip_to_flat() -> None:
     flat = to_flat(cfg)
     assert {k: flat[k] for k in given} == given
     assert from_run_config(flat) == cfg
-    assert to_flat(from_run_config(DEFAULTS)) == {**DEFAULTS, "algo.norm-obs": "on"}  # auto resolved
+    assert to_flat(from_run_config(DEFAULTS)) == {**DEFAULTS, "algo.norm-obs": "on", "strategy.server-lr": 2.0,
+                                                  "strategy.server-lr-end": 0.5}  # auto resolved
 
 
 def test_flower_style_coercions() -> None:
