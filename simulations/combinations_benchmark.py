@@ -71,6 +71,10 @@ COMBINATIONS: dict[str, tuple[int, str]] = {
     "gossip x CHOCO 8-bit": (8, "topology.name='gossip' topology.graph='exponential' compression.up='quantize'"),
     "gossip x CHOCO topk 10%": (8, ("topology.name='gossip' topology.graph='ring' compression.up='topk' "
                                    "compression.fraction=0.1 topology.consensus-step=0.3")),
+    # issue 43: the default consensus step (auto) on a ring, where gamma = 1 left a variant at 18-75
+    "gossip ring x CHOCO topk 5% (auto step)": (8, ("topology.name='gossip' topology.graph='ring' "
+                                                   "compression.up='topk' compression.fraction=0.05")),
+    "gossip ring x CHOCO 8-bit (auto step)": (8, "topology.name='gossip' topology.graph='ring' compression.up='quantize'"),
     "hierarchical x quantize 8-bit": (8, "topology.name='hierarchical' topology.edges=2 compression.up='quantize'"),
     "hierarchical x secagg 8-bit": (8, ("topology.name='hierarchical' topology.edges=2 secagg.enabled=true "
                                        "compression.up='quantize'")),
