@@ -6,7 +6,7 @@ Why: γ must shrink as the compressor drops more (Koloskova, Stich and Jaggi, IC
 and a γ that suits one compressor breaks another. Measured on heterogeneous CartPole (8 nodes, ring,
 top-k 5%): γ = 1 left a variant at 75 (best model 248); 0.3 solved. The theorem's constant is far too
 small to use (about 1e-3 for a ring of 8), so the step is measured instead: CHOCO's average consensus
-(``choco.consensus_round``, no training) on Gaussian vectors, with the run's mixing matrices and the
+(``fedrl.topology.choco``'s step, no training) on Gaussian vectors, with the run's mixing matrices and the
 run's compressor, for each γ of :data:`GRID`; the γ with the smallest consensus error after
 :data:`STEPS` steps wins (ties: the larger γ). The vectors and the compressor's randomness come from
 fixed seeds, so the value depends only on the graph and the compressor: server and nodes agree.
@@ -25,7 +25,6 @@ from fedrl.compression.base import Compressor
 from fedrl.compression.pipeline import stage
 from fedrl.config import Config
 from fedrl.config.features import CompressionConfig
-from fedrl.topology import choco
 from fedrl.topology.graphs import graph, metropolis_hastings
 
 GRID = (1.0, 0.7, 0.5, 0.35, 0.25, 0.18, 0.125, 0.09, 0.06, 0.04, 0.025)
@@ -38,16 +37,30 @@ def measure(weights: Callable[[int], np.ndarray], compress: Callable[[np.ndarray
             n: int, dim: int, gamma: float, steps: int = STEPS) -> float:
     """CHOCO's relative consensus error ``||x - mean(x)|| / ||x0 - mean(x0)||`` after ``steps``
     steps from Gaussian ``x0`` (public copies from 0), ``weights(t)`` the mixing matrix of step t
-    (1-based) and ``compress(v, rng)`` the decoded compression of ``v``; ``inf`` on divergence."""
+    (1-based) and ``compress(v, rng)`` the decoded compression of ``v``; ``inf`` on divergence.
+
+    Element-wise numpy only, no BLAS (``@``, ``linalg.norm``): the ServerApp runs this in a
+    thread of Flower's simulation process, where an OpenBLAS call once spun for minutes in
+    ``exec_blas`` and never returned."""
     x = np.random.default_rng(0).standard_normal((n, dim))
     public = np.zeros_like(x)
-    start = np.linalg.norm(x - x.mean(axis=0))
+    start = _spread(x)
     rng = np.random.default_rng(1)
     for t in range(1, steps + 1):
-        x, public = choco.consensus_round(x, public, weights(t), lambda v, _i: compress(v, rng), gamma)
+        public = public + np.stack([compress(x[i] - public[i], rng) for i in range(n)])
+        w = weights(t)
+        mixed = np.zeros_like(public)
+        for j in range(n):  # sum_j W_ij x̂_j, one column at a time
+            mixed += w[:, j:j + 1] * public[j]
+        x = x + gamma * (mixed - public)
         if not np.all(np.isfinite(x)) or np.abs(x).max() > 1e6:
             return float("inf")
-    return float(np.linalg.norm(x - x.mean(axis=0)) / start)
+    return _spread(x) / start
+
+
+def _spread(x: np.ndarray) -> float:
+    d = x - x.mean(axis=0)
+    return float(np.sqrt(np.sum(d * d)))
 
 
 def auto_step(graph_name: str, n: int, degree: int, seed: int, compressor: Compressor, n_params: int) -> float:

@@ -76,3 +76,20 @@ def test_bad_steps_are_refused_by_key(bad: object) -> None:
         check({**GOSSIP, "topology.consensus-step": bad})
     assert err.value.key == "topology.consensus-step"
     assert "auto" in str(err.value)
+
+
+def test_measure_is_chocos_step() -> None:
+    """``measure`` (written without BLAS) follows ``choco.consensus_round`` step for step."""
+    from fedrl.topology import choco
+
+    comp = make_compressor("topk", fraction=0.2)
+    w = metropolis_hastings(graph("ring", 6, 1, 4, 0))
+    x = np.random.default_rng(0).standard_normal((6, 64))
+    public, rng = np.zeros_like(x), np.random.default_rng(1)
+    start = np.linalg.norm(x - x.mean(axis=0))
+    for _ in range(7):
+        x, public = choco.consensus_round(
+            x, public, w, lambda v, _i: comp.decode(comp.encode(v.astype(np.float32), rng)).astype(np.float64), 0.3)
+    got = measure(lambda t: w, lambda v, r: comp.decode(comp.encode(v.astype(np.float32), r)).astype(np.float64),
+                  6, 64, 0.3, steps=7)
+    assert got == pytest.approx(np.linalg.norm(x - x.mean(axis=0)) / start, rel=1e-9)
