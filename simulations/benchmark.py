@@ -89,12 +89,12 @@ def _join(*parts: str) -> str:
     return " ".join(f"{k}={v}" for k, v in merged.items())
 
 
-def fedrl_command(kind: str, rc: str) -> list[str]:
-    """``fedrl run`` in the Simulation Engine (8 SuperNodes, one CPU per ClientApp) for ``federated``,
-    else ``fedrl central``, with run-config ``rc``."""
+def fedrl_command(kind: str, rc: str, supernodes: int = 8) -> list[str]:
+    """``fedrl run`` in the Simulation Engine (``supernodes`` SuperNodes, one CPU per ClientApp) for
+    ``federated``, else ``fedrl central``, with run-config ``rc``."""
     if kind == "federated":
         return [str(BIN / "fedrl"), "run", str(REPO), "--run-config", rc,
-                "--federation-config", "num-supernodes=8 client-resources-num-cpus=1"]
+                "--federation-config", f"num-supernodes={supernodes} client-resources-num-cpus=1"]
     return [str(BIN / "fedrl"), "central", str(REPO), "--run-config", rc]
 
 

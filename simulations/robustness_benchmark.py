@@ -41,7 +41,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -50,10 +49,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import tomllib
+from flwr.common.config import parse_config_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import BIN, REPO, Flower, _join
+from benchmark import REPO, Flower, _join, fedrl_command
 from privacy_sweep import preset
 
 from fedrl.checks.validate import check
@@ -155,12 +154,6 @@ def _vary(fam: Family, factor: float, second: bool) -> str:
     return "; ".join(parts)
 
 
-def _as_dict(rc: str) -> dict[str, object]:
-    """``key=value`` run-config text (TOML values) as the dict ``fedrl check`` takes."""
-    pairs = re.findall(r"""([\w.-]+)=('[^']*'|"[^"]*"|\S+)""", rc)
-    return tomllib.loads("\n".join(f'"{k}" = {v}' for k, v in pairs))
-
-
 def draw(seed: int, n_cases: int, n_seeds: int) -> tuple[list[Case], int]:
     """``n_cases`` cases that ``fedrl check`` accepts, drawn from ``seed``; and how many were redrawn."""
     rng = np.random.default_rng(seed)
@@ -191,7 +184,7 @@ def draw(seed: int, n_cases: int, n_seeds: int) -> tuple[list[Case], int]:
                 SETTINGS[setting],
             )
         try:
-            check(_as_dict(rc))
+            check(parse_config_args([rc]))  # as fedrl run's --run-config parses it
         except ConfigError:
             refused += 1
             continue
@@ -205,15 +198,7 @@ def run_one(flower: Flower, out: Path, case: Case, seed: int) -> dict:
     name = f"{case.name}-s{seed}"
     shutil.rmtree(out / name, ignore_errors=True)
     rc = _join(case.run_config, f"seed={seed} nodes.wait-s=600 output-dir='{out}' run-name='{name}'")
-    cmd = [
-        str(BIN / "fedrl"),
-        "run",
-        str(REPO),
-        "--run-config",
-        rc,
-        "--federation-config",
-        "num-supernodes=2 client-resources-num-cpus=1",
-    ]
+    cmd = fedrl_command("federated", rc, supernodes=2)
     t0 = time.time()
     res = subprocess.run(cmd, env=flower.env, capture_output=True, text=True, cwd=REPO, check=False)
     folder = out / name

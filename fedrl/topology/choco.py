@@ -48,7 +48,14 @@ def advance(public: Sequence[np.ndarray], decoded: Sequence[np.ndarray]) -> list
 def consensus_round(x: np.ndarray, public: np.ndarray, w: np.ndarray,
                     compress: Callable[[np.ndarray, int], np.ndarray], gamma: float) -> tuple[np.ndarray, np.ndarray]:
     """One CHOCO-Gossip step for average consensus on stacked vectors (row i: node i), no training:
-    ``compress(v, i)`` is node i's decoded compression of ``v``. Returns the new ``x`` and public copies."""
+    ``compress(v, i)`` is node i's decoded compression of ``v``. Returns the new ``x`` and public copies.
+
+    Element-wise numpy only, no BLAS (``w @ public``): ``topology.consensus-step = auto`` runs this in
+    the ServerApp's thread of Flower's simulation process, where an OpenBLAS call once spun for
+    minutes in ``exec_blas`` and never returned."""
     q = np.stack([compress(x[i] - public[i], i) for i in range(x.shape[0])]).astype(np.float64)
     public = public + q
-    return x + gamma * (w @ public - public), public
+    mixed = np.zeros_like(public)
+    for j in range(public.shape[0]):  # sum_j W_ij x̂_j, one column at a time
+        mixed += w[:, j:j + 1] * public[j]
+    return x + gamma * (mixed - public), public
