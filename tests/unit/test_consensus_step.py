@@ -109,3 +109,15 @@ def test_auto_stays_stable_where_a_larger_step_drifts_apart() -> None:
 
     assert err(gamma, 300) < err(gamma, 200) < err(gamma, 100) < 0.05
     assert err(0.35, 300) > err(0.35, 200) > err(0.35, 100) > 0.1
+
+
+def test_gossip_with_a_small_topk_share_is_warned_by_key() -> None:
+    """Issue 43: gossip with top-k 1% (fedrl's default share) left a CartPole variant unsolved on every
+    seed measured; ``fedrl check`` and the ServerApp say so, naming the key, and 5% passes quietly."""
+    from fedrl.checks.validate import config_warnings
+
+    small = config_warnings(check({**GOSSIP, "compression.up": "topk"}))
+    assert len(small) == 1 and small[0].startswith("compression.fraction = 0.01 with topology.name = gossip")
+    assert config_warnings(check({**GOSSIP, "compression.up": "topk", "compression.fraction": 0.05})) == []
+    assert config_warnings(check({"compression.up": "topk"})) == []  # a star's server sums every node's share
+    assert config_warnings(check({**GOSSIP, "compression.up": "quantize"})) == []
