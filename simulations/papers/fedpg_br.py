@@ -81,7 +81,7 @@ def main() -> int:
         flower.stop()
     print(f"\nFedPG-BR Fig. 1 (CartPole-v1), seeds {args.seed_base}..{args.seed_base + args.seeds - 1}; "
           "fedrl: PPO + FedAvg through Flower's Simulation Engine; paper: FedPG-BR, read off the figure")
-    print(f"{'K':>3} {'solved':>7} {'first at 475':>20} {'paper':>12} {'held from':>20} "
+    print(f"{'K':>3} {'solved':>7} {'first at 475':>20} {'paper':>12} {'held from [runs]':>26} "
           f"{'return @500 or end':>19} {'paper @500':>11}")
 
     def span(xs: list[float | None]) -> str:
@@ -93,7 +93,8 @@ def main() -> int:
         n_hit = sum(h is not None for h, _, _ in rs)
         end = f"{fmt(median_or_none([a for _, _, a in rs]))} ({fmt(median_or_none(list(ends[k])))} tr.)"
         print(f"{k:>3} {f'{n_hit}/{len(rs)}':>7} {span([h for h, _, _ in rs]):>20} {PAPER[k]['first']:>12} "
-              f"{span([h for _, h, _ in rs]):>20} {end:>19} {PAPER[k]['at500']:>11}")
+              f"{span([h for _, h, _ in rs]) + f' [{sum(h is not None for _, h, _ in rs)}/{len(rs)}]':>26} "
+              f"{end:>19} {PAPER[k]['at500']:>11}")
     base = median_or_none([h for _, h, _ in results[1]])
     if base:
         ratios = {k: base / m for k in AGENTS[1:] if (m := median_or_none([h for _, h, _ in results[k]]))}
