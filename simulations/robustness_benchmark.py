@@ -98,7 +98,7 @@ FAMILIES: dict[str, Family] = {
         "g=uniform(9.0, 11.0)",
         {
             "ppo": "num-server-rounds=48 eval.every=4 eval.episodes=10",
-            "sac": "algo.local-steps=1024 num-server-rounds=20 eval.every=2 eval.episodes=10",
+            "sac": "num-server-rounds=80 eval.every=8 eval.episodes=10",  # 80 rounds of 256 env steps
         },
         "-350",
     ),
@@ -108,7 +108,7 @@ FAMILIES: dict[str, Family] = {
         "gravity=uniform(0.0022, 0.0028)",
         {
             "ppo": "num-server-rounds=40 eval.every=4",
-            "sac": "algo.local-steps=1024 num-server-rounds=20 eval.every=2",
+            "sac": "num-server-rounds=80 eval.every=8",
         },
         "90",
     ),

@@ -180,7 +180,7 @@ def from_run_config(run_config: Mapping[str, Any]) -> Config:
     hints = get_type_hints(Config)
     for sec in _SECTIONS:
         top[sec] = hints[sec](**sections[sec])
-    return _resolve_server_step(_resolve_norm_reward(_resolve_norm_obs(Config(**top))))
+    return _resolve_local_steps(_resolve_server_step(_resolve_norm_reward(_resolve_norm_obs(Config(**top)))))
 
 
 AUTO = "auto"  # a numeric field's value until _resolve_* replaces it (opt(..., auto=True))
@@ -198,6 +198,23 @@ def _resolve_server_step(cfg: Config) -> Config:
     lr = (1.0 if replay else 2.0) if s.server_lr == AUTO else s.server_lr
     end = (-1.0 if replay else SERVER_LR_END) if s.server_lr_end == AUTO else s.server_lr_end
     return dataclasses.replace(cfg, strategy=dataclasses.replace(s, server_lr=lr, server_lr_end=end))
+
+
+# algo.local-steps = auto: env steps per node per round (docs/algorithms.md, "Round length")
+LOCAL_STEPS = 1024
+SAC_LOCAL_STEPS = 256
+
+
+def _resolve_local_steps(cfg: Config) -> Config:
+    """``algo.local-steps = auto``: 256 for SAC, 1024 otherwise. SAC takes a gradient step per env
+    step, so a round of 1,024 is 1,024 Adam steps away from the model it received; on heterogeneous
+    Pendulum (8 nodes, g 7-13, m 0.8-1.3, 20k env steps per node) the averaged actor then lost the
+    hardest variant (seed 17799: worst -771 final, where each node alone solved its own at -163),
+    and 256-step rounds kept it (-209). An explicit number is kept as given."""
+    if cfg.algo.local_steps != AUTO:
+        return cfg
+    steps = SAC_LOCAL_STEPS if cfg.algo.name == "sac" else LOCAL_STEPS
+    return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, local_steps=steps))
 
 
 def _resolve_norm_reward(cfg: Config) -> Config:

@@ -30,7 +30,10 @@ class AlgoConfig:
     """What every algorithm shares (``algo.*``); each algorithm's own knobs are its own section (``ppo.*``)."""
 
     name: str = opt("algo.name", "ppo", "local RL algorithm (fedrl.algorithms registry)", check_name)
-    local_steps: int = opt("algo.local-steps", 1024, "env steps per node per round", ck.positive)
+    local_steps: int = opt("algo.local-steps", "auto",
+                           "env steps per node per round; auto: 1024, and 256 for sac (shorter rounds keep the "
+                           "nodes' actors from drifting apart: docs/algorithms.md, 'Round length')", ck.positive,
+                           auto=True)
     num_envs: int = opt("algo.num-envs", 8, "parallel envs per node (gymnasium.vector)", ck.positive)
     hidden: str = opt("algo.hidden", "64,64", "hidden layer sizes", ck.hidden)
     norm_obs: Literal["auto", "on", "off", "server"] = opt(

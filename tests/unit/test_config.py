@@ -58,10 +58,11 @@ def test_every_key_has_help() -> None:
 def test_empty_run_config_gives_defaults() -> None:
     cfg = from_run_config({})
     # algo.norm-obs = auto resolves to on where observation statistics can travel (issue 13); PPO's
-    # server step is 2 annealed to 0.5
-    assert cfg == dataclasses.replace(Config(), algo=dataclasses.replace(Config().algo, norm_obs="on"),
+    # server step is 2 annealed to 0.5; its rounds are 1,024 env steps
+    assert cfg == dataclasses.replace(Config(), algo=dataclasses.replace(Config().algo, norm_obs="on", local_steps=1024),
                                       strategy=dataclasses.replace(Config().strategy, server_lr=2.0, server_lr_end=0.5))
-    assert to_flat(cfg) == {**DEFAULTS, "algo.norm-obs": "on", "strategy.server-lr": 2.0, "strategy.server-lr-end": 0.5}
+    assert to_flat(cfg) == {**DEFAULTS, "algo.norm-obs": "on", "algo.local-steps": 1024, "strategy.server-lr": 2.0,
+                            "strategy.server-lr-end": 0.5}
     assert from_run_config(to_flat(cfg)) == cfg
     assert cfg.ppo.lr == 2.5e-3 and cfg.env.id == "CartPole-v1" and cfg.strategy.name == "fedavg"
     assert batch_steps(cfg) == 8 * 32
@@ -78,6 +79,19 @@ def test_the_server_step_follows_the_learner_unless_set(algo: str, step: tuple[f
     assert (s.server_lr, s.server_lr_end) == (2.0, 0.5)  # a number is kept as given, the default's included
     s = from_run_config({"algo.name": algo, "strategy.server-lr": "AUTO", "strategy.server-lr-end": -1}).strategy
     assert (s.server_lr, s.server_lr_end) == (step[0], -1.0)
+
+
+@pytest.mark.parametrize(("algo", "steps"), [("ppo", 1024), ("dqn", 1024), ("sac", 256)])
+def test_round_length_follows_the_learner_unless_set(algo: str, steps: int) -> None:
+    # SAC's gradient step per env step: 256-step rounds keep the nodes' actors close (docs/algorithms.md)
+    env = {"sac": "Pendulum-v1"}.get(algo, "CartPole-v1")
+    assert from_run_config({"algo.name": algo, "env.id": env}).algo.local_steps == steps
+    assert from_run_config({"algo.name": algo, "algo.local-steps": "Auto"}).algo.local_steps == steps
+    assert from_run_config({"algo.name": algo, "algo.local-steps": 1024}).algo.local_steps == 1024  # kept as given
+    for bad in ("long", 0, 2.5):
+        with pytest.raises(ConfigError) as err:
+            from_run_config({"algo.name": algo, "algo.local-steps": bad})
+        assert err.value.key == "algo.local-steps"
 
 
 @pytest.mark.parametrize(("key", "bad"), [("strategy.server-lr", "fast"), ("strategy.server-lr", 0.0),
@@ -107,8 +121,8 @@ def test_round_trip_to_flat() -> None:
     flat = to_flat(cfg)
     assert {k: flat[k] for k in given} == given
     assert from_run_config(flat) == cfg
-    assert to_flat(from_run_config(DEFAULTS)) == {**DEFAULTS, "algo.norm-obs": "on", "strategy.server-lr": 2.0,
-                                                  "strategy.server-lr-end": 0.5}  # auto resolved
+    assert to_flat(from_run_config(DEFAULTS)) == {**DEFAULTS, "algo.norm-obs": "on", "algo.local-steps": 1024,
+                                                  "strategy.server-lr": 2.0, "strategy.server-lr-end": 0.5}  # auto resolved
 
 
 def test_flower_style_coercions() -> None:
