@@ -180,7 +180,10 @@ def from_run_config(run_config: Mapping[str, Any]) -> Config:
     hints = get_type_hints(Config)
     for sec in _SECTIONS:
         top[sec] = hints[sec](**sections[sec])
-    return _resolve_local_steps(_resolve_server_step(_resolve_norm_reward(_resolve_norm_obs(Config(**top)))))
+    cfg = Config(**top)
+    for resolve in (_resolve_norm_obs, _resolve_norm_reward, _resolve_server_step, _resolve_local_steps):
+        cfg = resolve(cfg)  # each replaces the "auto" of its own keys
+    return cfg
 
 
 AUTO = "auto"  # a numeric field's value until _resolve_* replaces it (opt(..., auto=True))
