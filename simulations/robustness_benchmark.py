@@ -279,6 +279,27 @@ def report(cases: list[Case], done: dict[str, dict]) -> None:
     )
 
 
+def _names(csv: str) -> list[str]:
+    return [x.strip() for x in csv.split(",") if x.strip()]
+
+
+def narrow(cases: list[Case], groups: str = "", settings: str = "", numbers: str = "", extra: str = "") -> list[Case]:
+    """The cases of the comma-separated ``groups``, ``settings`` and case ``numbers`` (each empty:
+    all), each with ``extra`` run config appended (an ablation). Raises ``ConfigError`` naming the
+    key when a case with ``extra`` is not a config ``fedrl check`` accepts, before anything runs."""
+    if groups:
+        cases = [c for c in cases if c.group in _names(groups)]
+    if settings:
+        cases = [c for c in cases if c.setting in _names(settings)]
+    if numbers:
+        cases = [c for c in cases if c.name[:2] in [x.zfill(2) for x in _names(numbers)]]
+    if extra:
+        cases = [dataclasses.replace(c, run_config=_join(c.run_config, extra)) for c in cases]
+        for c in cases:
+            check(parse_config_args([c.run_config]))
+    return cases
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--draw-seed", type=int, default=None, help="seed of the drawing (default: one from the OS)")
@@ -286,6 +307,9 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3, help="training seeds per case")
     ap.add_argument("--only-group", default="", help="comma-separated family/algorithm groups to run")
     ap.add_argument("--only-setting", default="", help="comma-separated settings to run")
+    ap.add_argument("--only-case", default="", help="comma-separated case numbers to run (e.g. 03,12)")
+    ap.add_argument("--seed-index", default="", help="comma-separated indices of the seeds to run (e.g. 0)")
+    ap.add_argument("--set", default="", help="run config appended to every case, for ablations (use a new --out)")
     ap.add_argument("--list", action="store_true", help="print the drawn cases and stop")
     ap.add_argument("--out", type=Path, default=None, help="default: simulations/results-robustness-<draw seed>")
     args = ap.parse_args()
@@ -296,10 +320,10 @@ def main() -> int:
         "fedrl check or not applicable, drawn again)",
         flush=True,
     )
-    if args.only_group:
-        cases = [c for c in cases if c.group in args.only_group.split(",")]
-    if args.only_setting:
-        cases = [c for c in cases if c.setting in args.only_setting.split(",")]
+    cases = narrow(cases, args.only_group, args.only_setting, args.only_case, args.set)
+    if args.set:
+        print(f"every case also runs with: {args.set}", flush=True)
+    picked = [int(i) for i in args.seed_index.split(",") if i.strip()] or list(range(args.seeds))
     for c in cases:
         print(f"  {c.name:<52} {c.vary}  seeds {','.join(map(str, c.seeds))}")
     if args.list:
@@ -310,7 +334,7 @@ def main() -> int:
     done = {}
     if log.exists():
         done = {r["name"]: r for r in (json.loads(x) for x in log.read_text().splitlines() if x.strip())}
-    todo = [(c, c.seeds[k]) for k in range(args.seeds) for c in cases if f"{c.name}-s{c.seeds[k]}" not in done]
+    todo = [(c, c.seeds[k]) for k in picked for c in cases if f"{c.name}-s{c.seeds[k]}" not in done]
     flower = Flower(out / ".flwr-home")
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     t_start = time.time()

@@ -78,6 +78,11 @@ class PPOConfig:
     vf_coef: float = opt("ppo.vf-coef", 0.5, "value loss coefficient", ck.non_negative)
     max_grad_norm: float = opt("ppo.max-grad-norm", 0.5, "gradient-norm clip", ck.positive)
     target_kl: float = opt("ppo.target-kl", 0.0, "stop epochs past this KL (0: off)", ck.non_negative)
+    ent_floor: float = opt(
+        "ppo.ent-floor", 0.0,
+        "entropy floor: each state's policy is held at >= this fraction of the uniform policy's entropy log(n) by a "
+        "hinge penalty (discrete actions; not applied to Gaussian policies; 0: off; docs/algorithms.md, 'Entropy "
+        "floor')", ck.off_or_unit_open)
 
 
 @dataclass(frozen=True)

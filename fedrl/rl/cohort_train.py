@@ -91,7 +91,7 @@ def train_cohort(spec: PolicySpec, cfg: Config, weights: list[list[np.ndarray]],
     optimizer = StackedAdam.fresh(model.flat, model.grad, eps=1e-5)
     _load_adam(optimizer, model, states)
     gens = [torch_generator(p.seed, TRAIN, p.node, p.round) for p in plans]
-    hp = hyper(ppo)
+    hp = hyper(ppo, spec)
     mus = as_real([p.prox_mu for p in plans])
     prox = (mus, model.flat.detach().clone()) if bool((mus > 0).any()) else None
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from fedrl.rl.advantages import gae
+from fedrl.rl.losses import entropy_floor_penalty
 from fedrl.rl.ppo import PPOHyper
 from fedrl.rl.rollout import Rollout
 from fedrl.rl.stacked import StackedActorCritic
@@ -104,7 +105,10 @@ def _node_losses(model: StackedActorCritic, obs: torch.Tensor, act: torch.Tensor
     with torch.no_grad():
         approx_kl = ((ratio - 1.0) - (new_logp - old_logp)).mean(1)
         clip_fraction = ((ratio - 1.0).abs() > hp.clip_coef).float().mean(1)
-    return {"total": pg - hp.ent_coef * ent + hp.vf_coef * v, "policy": pg, "value": v, "entropy": ent,
+    total = pg - hp.ent_coef * ent + hp.vf_coef * v
+    if hp.ent_floor > 0:
+        total = total + entropy_floor_penalty(entropy, hp.ent_floor).mean(1)
+    return {"total": total, "policy": pg, "value": v, "entropy": ent,
             "approx_kl": approx_kl, "clip_fraction": clip_fraction}
 
 

@@ -39,6 +39,22 @@ def clipped_surrogate(
     return torch.max(unclipped, clipped).mean(), ratio
 
 
+# The floor's slope, per nat below it, in units of the (normalized) surrogate: steep enough that a
+# state's policy gradient cannot push its entropy through the floor, so the floor acts as a
+# constraint rather than as a second bonus.
+ENTROPY_FLOOR_SLOPE = 1.0
+
+
+def entropy_floor_penalty(entropy: torch.Tensor, floor: float) -> torch.Tensor:
+    """``ENTROPY_FLOOR_SLOPE * relu(floor - H(s))`` per state (the input's shape; 0 where
+    ``floor <= 0``). A hinge, so a state whose policy keeps ``floor`` nats feels nothing: unlike an
+    entropy bonus it does not pull a converged policy towards uniform, and it is per state, so
+    DP-SGD's per-sample gradients see one term per example."""
+    if floor <= 0:
+        return torch.zeros_like(entropy)
+    return ENTROPY_FLOOR_SLOPE * torch.relu(floor - entropy)
+
+
 def value_loss(
     new_value: torch.Tensor,
     old_value: torch.Tensor,
@@ -67,8 +83,10 @@ def ppo_loss(
     clip_vloss: bool,
     ent_coef: float,
     vf_coef: float,
+    ent_floor: float = 0.0,
 ) -> PPOLossParts:
-    """Total loss = policy - ent_coef * entropy + vf_coef * value (advantages as given)."""
+    """Total loss = policy - ent_coef * entropy + floor penalty + vf_coef * value (advantages as
+    given; the penalty is ``entropy_floor_penalty``'s mean, 0 when ``ent_floor`` is 0)."""
     pg, ratio = clipped_surrogate(new_logprob, old_logprob, adv, clip_coef)
     v = value_loss(new_value, old_value, returns, clip_coef, clip_vloss)
     ent = entropy.mean()
@@ -77,6 +95,8 @@ def ppo_loss(
         approx_kl = ((ratio - 1.0) - log_ratio).mean()
         clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
     total = pg - ent_coef * ent + vf_coef * v
+    if ent_floor > 0:
+        total = total + entropy_floor_penalty(entropy, ent_floor).mean()
     return PPOLossParts(total, pg, v, ent, approx_kl, clip_fraction)
 
 

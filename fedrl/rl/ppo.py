@@ -39,6 +39,7 @@ class PPOHyper:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     target_kl: float = 0.0  # 0 disables the KL early stop
+    ent_floor: float = 0.0  # nats a state's policy keeps (losses.entropy_floor_penalty); 0: off
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def ppo_update(
             parts = ppo_loss(
                 new_logp, data.old_logp[idx], entropy, new_v, data.old_v[idx], mb_adv, data.returns[idx],
                 clip_coef=hp.clip_coef, clip_vloss=hp.clip_vloss,
-                ent_coef=hp.ent_coef, vf_coef=hp.vf_coef,
+                ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, ent_floor=hp.ent_floor,
             )
             loss = parts.total
             if prox is not None and prox.mu > 0:

@@ -9,6 +9,7 @@ next round is in the returned ``NodeState``, which serializes to a dict of numpy
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -33,12 +34,14 @@ if TYPE_CHECKING:
     from fedrl.rl.dpsgd import SampleDP
 
 
-def hyper(ppo: PPOConfig) -> PPOHyper:
+def hyper(ppo: PPOConfig, spec: PolicySpec) -> PPOHyper:
+    """The update's knobs; ``ppo.ent-floor``'s fraction becomes nats for ``spec``'s actions."""
+    floor = ppo.ent_floor * math.log(spec.action_dim) if spec.action_kind == "discrete" else 0.0
     return PPOHyper(
         gamma=ppo.gamma, gae_lambda=ppo.gae_lambda, num_minibatches=ppo.num_minibatches,
         update_epochs=ppo.update_epochs, norm_adv=ppo.norm_adv, clip_coef=ppo.clip_coef,
         clip_vloss=ppo.clip_vloss, ent_coef=ppo.ent_coef, vf_coef=ppo.vf_coef,
-        max_grad_norm=ppo.max_grad_norm, target_kl=ppo.target_kl,
+        max_grad_norm=ppo.max_grad_norm, target_kl=ppo.target_kl, ent_floor=floor,
     )
 
 
@@ -111,7 +114,7 @@ def train_locally(
     optimizer = torch.optim.Adam(model.parameters(), lr=ppo.lr, eps=1e-5)
     adam_from_arrays(optimizer, state.arrays)
     gen = torch_generator(plan.seed, TRAIN, plan.node, plan.round)
-    hp = hyper(ppo)
+    hp = hyper(ppo, spec)
     prox = None
     if plan.prox_mu > 0:
         prox = Proximal(plan.prox_mu, [p.detach().clone() for p in model.parameters()])

@@ -11,10 +11,11 @@ import pytest
 from flwr.common.config import parse_config_args
 
 from fedrl.checks.validate import check
+from fedrl.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "simulations"))
-from robustness_benchmark import FAMILIES, SETTINGS, draw, kept_passes, passes
+from robustness_benchmark import FAMILIES, SETTINGS, draw, kept_passes, narrow, passes
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +66,17 @@ def test_a_run_passes_at_its_family_target(drawn) -> None:  # type: ignore[no-un
     assert not kept_passes(by_family["cartpole"], r)
     assert kept_passes(by_family["cartpole"], {**r, "best_min": None, "best_mean": None})
     assert not kept_passes(by_family["cartpole"], {"error": "crashed"})
+
+
+def test_an_ablation_narrows_the_cases_and_adds_its_setting_to_each(drawn) -> None:  # type: ignore[no-untyped-def]
+    cases = drawn[0]
+    picked = narrow(cases, numbers="3, 12", extra="ppo.ent-floor=0.3")
+    assert [c.name[:2] for c in picked] == ["03", "12"]
+    assert all(c.run_config.endswith("ppo.ent-floor=0.3") for c in picked)
+    assert all(check(parse_config_args([c.run_config])).ppo.ent_floor == 0.3 for c in picked)
+    assert [c.name for c in picked] == [c.name for c in cases if c.name[:2] in ("03", "12")]  # names, seeds kept
+    assert {c.group for c in narrow(cases, groups="acrobot/ppo")} == {"acrobot/ppo"}
+    assert {c.setting for c in narrow(cases, settings="plain,quantize-8")} == {"plain", "quantize-8"}
+    assert narrow(cases) == cases
+    with pytest.raises(ConfigError, match=r"ppo\.ent-flor"):  # a typo is refused before any run
+        narrow(cases, numbers="3", extra="ppo.ent-flor=0.3")
