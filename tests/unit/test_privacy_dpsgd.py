@@ -15,6 +15,7 @@ from fedrl.envs.make import make_vector_env
 from fedrl.errors import ConfigError
 from fedrl.privacy.plan import sample_plan
 from fedrl.rl.dpsgd import module_errors
+from fedrl.rl.losses import entropy_floor_penalty
 from fedrl.rl.networks import ActorCritic, PolicySpec
 from fedrl.rl.train import LocalPlan, NodeState, iterations_per_round, train_locally
 from fedrl.server.federation import initial_weights, policy_spec, variants_of
@@ -79,6 +80,40 @@ def test_per_sample_gradients_of_the_log_std_match_a_loop_over_samples() -> None
             assert p.grad is not None
             torch.testing.assert_close(batched[n][i], p.grad, rtol=1e-5, atol=1e-6, msg=n)
     assert float(batched["std.log_std"].abs().sum()) > 0
+
+
+def test_the_entropy_floor_is_one_term_per_sample_under_dpsgd() -> None:
+    """``ppo.ent-floor``'s hinge is per state, so Opacus' per-segment gradients of a loss with it
+    equal each segment's gradient alone (a hinge on the batch's mean entropy would not be)."""
+    torch.manual_seed(1)
+    model = ActorCritic(PolicySpec(4, "discrete", 3, (16,)))
+    with torch.no_grad():  # logits large enough that some states sit below the floor and some above
+        for p in model.actor.parameters():
+            p.mul_(30.0)
+    obs, actions = torch.randn(6, 5, 4), torch.randint(0, 3, (6, 5))
+    floor = float(model.log_prob_entropy(obs, actions)[1].median())  # half the states below it
+
+    def loss(o: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        logp, ent = model.log_prob_entropy(o, a)
+        return -logp.mean() + entropy_floor_penalty(ent, floor).mean()
+
+    ent = model.log_prob_entropy(obs, actions)[1]
+    assert bool((ent < floor).any()) and bool((ent > floor).any())
+    gsm = GradSampleModule(model, loss_reduction="mean")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        loss(obs, actions).backward()
+    batched = {n: p.grad_sample.clone() for n, p in model.named_parameters()  # type: ignore[union-attr]
+               if getattr(p, "grad_sample", None) is not None}  # the critic is not in this loss
+    gsm._close()
+    assert any(n.startswith("actor") for n in batched)
+    for i in range(6):
+        model.zero_grad()
+        loss(obs[i:i + 1], actions[i:i + 1]).backward()
+        for n, p in model.named_parameters():
+            if n in batched:
+                assert p.grad is not None
+                torch.testing.assert_close(batched[n][i], p.grad, rtol=1e-5, atol=1e-6, msg=n)
 
 
 @pytest.mark.parametrize("env", [{}, PENDULUM], ids=["discrete", "continuous"])
