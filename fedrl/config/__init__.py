@@ -223,10 +223,22 @@ def _resolve_local_steps(cfg: Config) -> Config:
 def _resolve_norm_reward(cfg: Config) -> Config:
     """``algo.norm-reward = auto`` becomes ``off`` for the replay learners (DQN and SAC do not
     scale rewards; ``on`` is refused by their checks), so no check asks to turn off what they
-    never use."""
-    if cfg.algo.norm_reward != "auto" or cfg.algo.name not in REPLAY_LEARNERS:
+    never use; and ``on`` for PPO, discrete actions included, except under ``privacy.dpsgd``, where
+    it stays ``auto`` (off for discrete actions; for continuous ones the DP-SGD check asks for
+    ``off``: running statistics feed raw data into training outside the clipped gradients).
+
+    Why on for discrete PPO too (issue 43): Acrobot pays -1 a step, so unscaled value targets run
+    to -100 while the clipped value loss moves a value by at most ``ppo.clip-coef`` a step; on the
+    robustness benchmark's case 03 every node's policy then stopped reaching the goal after round
+    5 (worst variant -500 to the end, each node alone too), and with returns scaled it solved
+    (-89). docs/stability.md, "Reward scaling for discrete PPO"."""
+    if cfg.algo.norm_reward != "auto":
         return cfg
-    return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, norm_reward="off"))
+    if cfg.algo.name in REPLAY_LEARNERS:
+        return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, norm_reward="off"))
+    if cfg.privacy.dpsgd:
+        return cfg
+    return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, norm_reward="on"))
 
 
 # Learners that replay stored transitions (their targets bootstrap from replayed, unscaled rewards).

@@ -53,7 +53,8 @@ class AlgoConfig:
         "mirrored observation gets the mirrored action, so no side is preferred (ppo; needs algo.norm-obs = off or "
         "algo.norm-obs-center = false; docs/privacy.md, 'Mirror-symmetric policies')")
     norm_reward: Literal["auto", "on", "off"] = opt(
-        "algo.norm-reward", "auto", "reward scaling by return std (auto: on for continuous actions; off for dqn and sac)")
+        "algo.norm-reward", "auto", "reward scaling by return std (auto: on for ppo, off for dqn and sac; with privacy.dpsgd, "
+        "on for continuous actions only, which the DP-SGD check refuses)")
 
     @property
     def hidden_sizes(self) -> tuple[int, ...]:

@@ -58,10 +58,12 @@ def test_every_key_has_help() -> None:
 def test_empty_run_config_gives_defaults() -> None:
     cfg = from_run_config({})
     # algo.norm-obs = auto resolves to on where observation statistics can travel (issue 13); PPO's
-    # server step is 2 annealed to 0.5; its rounds are 1,024 env steps
-    assert cfg == dataclasses.replace(Config(), algo=dataclasses.replace(Config().algo, norm_obs="on", local_steps=1024),
+    # server step is 2 annealed to 0.5; its rounds are 1,024 env steps; it scales rewards (issue 43)
+    assert cfg == dataclasses.replace(Config(), algo=dataclasses.replace(Config().algo, norm_obs="on", local_steps=1024,
+                                                                         norm_reward="on"),
                                       strategy=dataclasses.replace(Config().strategy, server_lr=2.0, server_lr_end=0.5))
-    assert to_flat(cfg) == {**DEFAULTS, "algo.norm-obs": "on", "algo.local-steps": 1024, "strategy.server-lr": 2.0,
+    assert to_flat(cfg) == {**DEFAULTS, "algo.norm-obs": "on", "algo.norm-reward": "on", "algo.local-steps": 1024,
+                            "strategy.server-lr": 2.0,
                             "strategy.server-lr-end": 0.5}
     assert from_run_config(to_flat(cfg)) == cfg
     assert cfg.ppo.lr == 2.5e-3 and cfg.env.id == "CartPole-v1" and cfg.strategy.name == "fedavg"
@@ -121,8 +123,8 @@ def test_round_trip_to_flat() -> None:
     flat = to_flat(cfg)
     assert {k: flat[k] for k in given} == given
     assert from_run_config(flat) == cfg
-    assert to_flat(from_run_config(DEFAULTS)) == {**DEFAULTS, "algo.norm-obs": "on", "algo.local-steps": 1024,
-                                                  "strategy.server-lr": 2.0, "strategy.server-lr-end": 0.5}  # auto resolved
+    assert to_flat(from_run_config(DEFAULTS)) == {**DEFAULTS, "algo.norm-obs": "on", "algo.norm-reward": "on",
+                                                  "algo.local-steps": 1024, "strategy.server-lr": 2.0, "strategy.server-lr-end": 0.5}  # auto resolved
 
 
 def test_flower_style_coercions() -> None:
@@ -387,3 +389,16 @@ def test_uncentred_observation_statistics_need_observation_normalization() -> No
     with pytest.raises(ConfigError) as err:
         check({"algo.norm-obs": "off", "algo.norm-obs-center": False})
     assert err.value.key == "algo.norm-obs-center" and "algo.norm-obs is off" in str(err.value)
+
+
+@pytest.mark.parametrize(("over", "resolved"), [
+    ({}, "on"),  # PPO on CartPole: discrete actions, scaled since issue 43
+    ({"env.id": "Pendulum-v1"}, "on"),
+    ({"algo.name": "dqn"}, "off"),
+    ({"algo.name": "sac", "env.id": "Pendulum-v1"}, "off"),
+    ({"privacy.dpsgd": True}, "auto"),  # DP-SGD: left to its check (off for discrete actions)
+    ({"algo.norm-reward": "off"}, "off"),
+    ({"algo.norm-reward": "on", "algo.name": "ppo"}, "on"),
+])
+def test_reward_scaling_follows_the_learner_unless_set(over: dict, resolved: str) -> None:
+    assert from_run_config(over).algo.norm_reward == resolved

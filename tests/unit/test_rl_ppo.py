@@ -255,7 +255,7 @@ def test_train_locally_node_state_arrays(round1: LocalResult) -> None:
     # counts steps since reset, so all three agree.
     np.testing.assert_array_equal(a["ep.length"], a["env.elapsed"])
     np.testing.assert_array_equal(a["ep.return"], a["ep.length"].astype(np.float64))
-    assert "ret.moments" not in a  # norm-reward auto -> off for discrete actions
+    assert "ret.moments" in a  # norm-reward auto -> on for PPO, discrete actions included
     assert all(isinstance(v, np.ndarray) for v in a.values())
 
 
