@@ -88,7 +88,7 @@ FAMILIES: dict[str, Family] = {
         "link_mass_1=uniform(0.7, 1.3)",
         # 20 episodes a variant: an Acrobot episode's return varies by ~15-30 (its start state), so
         # over 8-16 variants the worst 5-episode mean moved by up to 31 on the same model
-        # (docs/stability.md, "The robustness benchmark")
+        # (docs/stability.md, "Reward scaling for discrete PPO", "Acrobot's evaluation noise")
         {
             "ppo": "num-server-rounds=40 eval.every=4 eval.episodes=20",
             "dqn": "algo.local-steps=2048 num-server-rounds=24 eval.every=4 eval.episodes=20",
@@ -326,7 +326,9 @@ def main() -> int:
     cases = narrow(cases, args.only_group, args.only_setting, args.only_case, args.set)
     if args.set:
         print(f"every case also runs with: {args.set}", flush=True)
-    picked = [int(i) for i in args.seed_index.split(",") if i.strip()] or list(range(args.seeds))
+    picked = [int(i) for i in _names(args.seed_index)] or list(range(args.seeds))
+    if any(not 0 <= k < args.seeds for k in picked):
+        ap.error(f"--seed-index: got {args.seed_index!r}; each index must be in [0, {args.seeds - 1}] (--seeds)")
     for c in cases:
         print(f"  {c.name:<52} {c.vary}  seeds {','.join(map(str, c.seeds))}")
     if args.list:
